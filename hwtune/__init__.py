@@ -1,0 +1,18 @@
+"""hwtune: which attention and MoE all2all backend is correct and fastest for this model on this GPU.
+
+``import hwtune`` stays light (no torch, flashinfer or triton) so that engines can call
+``hwtune.select_attention(...)`` / ``hwtune.select_all2all(...)`` at start.
+"""
+
+from hwtune._version import __version__
+from hwtune.selector import (
+    All2AllSpec, All2AllWorkload, AttentionSpec, AttentionWorkload, BackendNotValidError, DeviceProfile,
+    HwtuneError, InvalidSpecError, NoValidBackendError, RankedBackend, Selection, UnknownBackendError,
+    select_all2all, select_attention, validate,
+)
+
+__all__ = [
+    "__version__", "AttentionSpec", "AttentionWorkload", "All2AllSpec", "All2AllWorkload", "DeviceProfile",
+    "Selection", "RankedBackend", "select_attention", "select_all2all", "validate", "HwtuneError",
+    "InvalidSpecError", "UnknownBackendError", "BackendNotValidError", "NoValidBackendError",
+]

@@ -1,0 +1,36 @@
+"""The ``hwtune`` command: thin wiring of subcommands; the logic lives in the library."""
+
+from __future__ import annotations
+
+import typer
+
+from hwtune import __version__
+from hwtune.cli import info, select
+
+app = typer.Typer(
+    name="hwtune",
+    help="Measure which attention / MoE all2all backend is correct and fastest on this GPU, and select from it.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.command("probe")(info.probe)
+app.command("backends")(info.backends)
+app.add_typer(select.app, name="select")
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """hwtune: which backend is correct and fastest for this model on this GPU."""
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,70 @@
+"""Actionable error messages: what was asked, what failed in full words, who would do, the ways out."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from hwtune.selector.catalogue import Backend
+from hwtune.selector.device import DeviceProfile
+from hwtune.selector.types import AttentionSpec, Spec
+from hwtune.selector.validation import Rejection
+
+ENV_VARS = {"attention": "HWTUNE_ATTENTION_BACKEND", "all2all": "HWTUNE_ALL2ALL_BACKEND"}
+
+
+def _way_out(rejection: Rejection, backend: Backend, spec: Spec) -> str | None:
+    code = rejection.code
+    if code == "feature:decode_lse":
+        return "run without DCP (--dcp 1)"
+    if code == "feature:pcp":
+        return "run without PCP (--pcp 1)"
+    if code == "feature:spec_decode":
+        return "run without speculative decoding (--spec-tokens 0)"
+    if code == "kv_cache_dtype":
+        allowed = sorted(getattr(backend.rules, "kv_cache_dtypes") or ())
+        return f"use a kv-cache dtype {backend.name} supports (--kv-cache-dtype {' | '.join(allowed)})"
+    if code == "quant_dtype":
+        allowed = sorted(getattr(backend.rules, "quant_dtypes") or ())
+        return f"quantize activations to {' or '.join(allowed)} (--quant-dtype {allowed[0]})" if allowed else None
+    if code == "block_size":
+        return f"use a block size {backend.name} supports (--block-size)"
+    if code == "kv_layout":
+        return "let the backend choose the layout (--kv-layout auto)"
+    if code == "package":
+        return "install what is missing"
+    return None
+
+
+def _ways_out(kind: str, ways: Sequence[str]) -> str:
+    choose = f"Choose one with --backend or {ENV_VARS[kind]}"
+    unique = list(dict.fromkeys(ways))
+    if not unique:
+        return choose + "."
+    return choose + ", or " + ", or ".join(unique) + "."
+
+
+def not_valid_message(
+    kind: str, backend: Backend, rejections: Sequence[Rejection], valid: Sequence[str], spec: Spec,
+    device: DeviceProfile, how: str,
+) -> str:
+    lines = [f"The requested {kind} backend {backend.name} ({how}) cannot serve this spec on {device.describe()}:"]
+    lines += [f"  - {r.message}" for r in rejections]
+    if valid:
+        lines.append(f"Valid {kind} backends here that do: {', '.join(valid)}.")
+        ways = [w for r in rejections if (w := _way_out(r, backend, spec))]
+        lines.append(_ways_out(kind, ways))
+    else:
+        lines.append(f"No {kind} backend is valid for this spec here; see `hwtune select {kind} --explain`.")
+    return "\n".join(lines)
+
+
+def no_valid_message(
+    kind: str, rejected: Mapping[str, Sequence[Rejection]], spec: Spec, device: DeviceProfile
+) -> str:
+    what = "model" if isinstance(spec, AttentionSpec) else "MoE layer"
+    lines = [f"No {kind} backend can serve this {what} on {device.describe()}. Every backend's reasons:"]
+    for name, reasons in rejected.items():
+        lines.append(f"  {name}:")
+        lines += [f"    - {r.message}" for r in reasons]
+    lines.append("Relax the requirement named most often above, or plan for another device (--device).")
+    return "\n".join(lines)

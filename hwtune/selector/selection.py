@@ -1,0 +1,123 @@
+"""Selection: the answer to "which backend?", with where each rank came from and why others were rejected."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+from hwtune.selector.device import DeviceProfile
+
+Source = Literal["measured", "interpolated", "static"]
+
+
+@dataclass(frozen=True)
+class RankedBackend:
+    """One valid backend in rank order, with the tactic per phase and the evidence behind its rank."""
+
+    backend: str
+    source: Source
+    tactics: Mapping[str, str]
+    latency_us: float | None = None
+    confidence: float | None = None
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend, "source": self.source, "tactics": dict(self.tactics),
+            "latency_us": self.latency_us, "confidence": self.confidence, "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class DispatchEntry:
+    """Best tactic of the chosen backend for one workload bucket (phase x batch bucket x context bucket)."""
+
+    phase: str
+    batch_max: int
+    context_max: int
+    tactic: str
+    latency_us: float
+    source: Source
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Chosen backend and tactic, every valid backend ranked, every rejected one with its reasons.
+
+    Immutable, because warm selections are served from a cache shared by every caller in the process.
+    """
+
+    kind: str
+    spec: Mapping[str, Any]
+    device: DeviceProfile
+    backend: str
+    tactics: Mapping[str, str]
+    ranked: tuple[RankedBackend, ...]
+    rejected: Mapping[str, tuple[str, ...]]
+    requested: str | None = None
+    notes: tuple[str, ...] = ()
+    per_phase: Mapping[str, str] = field(default_factory=dict)
+    dispatch: tuple[DispatchEntry, ...] = ()
+
+    @property
+    def tactic(self) -> str:
+        """The tactic of the first phase (decode for attention): what an engine configures at start."""
+        return next(iter(self.tactics.values()), "default")
+
+    def tactic_for(self, phase: str, batch: int, context: int) -> str:
+        """The best measured tactic for one step's shape; falls back to the phase's static tactic."""
+        from hwtune.selector.dispatch import lookup
+
+        return lookup(self, phase, batch, context)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "backend": self.backend,
+            "tactic": self.tactic,
+            "tactics": dict(self.tactics),
+            "per_phase": dict(self.per_phase),
+            "ranked": [r.to_dict() for r in self.ranked],
+            "rejected": {k: list(v) for k, v in self.rejected.items()},
+            "requested": self.requested,
+            "device": self.device.to_dict(),
+            "spec": dict(self.spec),
+            "notes": list(self.notes),
+            "dispatch": [vars(e) for e in self.dispatch],
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def explain(self) -> str:
+        lines = [f"{self.kind} backend for {self.device.describe()}: {self.backend} (tactic {self.tactic})"]
+        if self.requested:
+            lines.append(f"  requested explicitly: {self.requested}")
+        for note in self.notes:
+            lines.append(f"  note: {note}")
+        if self.per_phase:
+            lines.append("  per phase: " + ", ".join(f"{p} -> {b}" for p, b in self.per_phase.items()))
+        lines.append("ranked (valid):")
+        for i, r in enumerate(self.ranked, 1):
+            est = f", ~{r.latency_us:.1f} us" if r.latency_us is not None else ""
+            conf = f", confidence {r.confidence:.2f}" if r.confidence is not None else ""
+            tac = ", ".join(f"{p}: {t}" for p, t in r.tactics.items())
+            lines.append(f"  {i}. {r.backend} [{r.source}{est}{conf}] tactics {tac}"
+                         + (f" - {r.detail}" if r.detail else ""))
+        if self.rejected:
+            lines.append("rejected:")
+            for name, reasons in self.rejected.items():
+                lines.append(f"  {name}:")
+                lines += [f"    - {reason}" for reason in reasons]
+        return "\n".join(lines)
+
+    def to_vllm_args(self) -> list[str]:
+        from hwtune.selector.adapters import vllm_args
+
+        return vllm_args(self)
+
+    def to_sglang_args(self) -> list[str]:
+        from hwtune.selector.adapters import sglang_args
+
+        return sglang_args(self)
