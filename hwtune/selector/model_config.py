@@ -60,16 +60,28 @@ def _first(cfg: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
     return None
 
 
+#: transformers' class defaults for configs that omit fields because they equal the defaults
+#: (transformers/models/gemma3/configuration_gemma3.py Gemma3TextConfig.__init__).
+_MODEL_TYPE_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
+    "gemma3_text": {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "hidden_size": 2304,
+                    "sliding_window": 4096, "num_hidden_layers": 26},
+}
+
+
+def _with_defaults(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    return {**_MODEL_TYPE_DEFAULTS.get(str(cfg.get("model_type")), {}), **cfg}
+
+
 def _text_config(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     for key in ("text_config", "llm_config", "language_config"):
         sub = cfg.get(key)
-        if isinstance(sub, Mapping) and _first(sub, _HEADS) is not None:
-            merged = dict(sub)
+        if isinstance(sub, Mapping) and _first(_with_defaults(sub), _HEADS) is not None:
+            merged = _with_defaults(sub)
             for k in ("torch_dtype", "dtype"):  # multimodal configs often keep dtype at the top
                 if merged.get(k) is None and cfg.get(k) is not None:
                     merged[k] = cfg[k]
             return merged
-    return cfg
+    return _with_defaults(cfg)
 
 
 def _dtype(cfg: Mapping[str, Any]) -> str:
