@@ -60,7 +60,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
-def _no_backend_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Explicit-request variables from the developer's shell must not leak into tests."""
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The developer's shell and stores must not leak into tests: no explicit-request variables, no
+    HWTUNE_DATABASE_URL, and a fresh per-user data directory (so the default SQLite store is a new file)."""
     for var in ("HWTUNE_ATTENTION_BACKEND", "HWTUNE_ALL2ALL_BACKEND", "HWTUNE_DATABASE_URL"):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))

@@ -1,0 +1,130 @@
+"""The timing harness: cold-cache, per-iteration GPU times until the median is pinned down.
+
+Each timed iteration: flush L2 (zero a buffer twice its size, so small shapes are not timed from cache),
+let the GPU spin briefly so the host can enqueue the candidate ahead of it (launch overhead stays out of
+the interval), then time the candidate alone between two CUDA events; CUDA-graph replay where the
+candidate supports graphs, plain calls otherwise. Iterations continue in batches until the distribution-free
+95 % confidence interval of the median is within ``target_ci`` of it, or the per-candidate time cap is hit.
+Warm-up (and JIT compilation, which happens at the first call) is excluded.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from hwtune.selector.records import LatencyStats
+
+
+@dataclass(frozen=True)
+class TimingOptions:
+    time_cap_s: float = 3.0
+    target_ci: float = 0.01
+    min_reps: int = 20
+    max_reps: int = 5000
+    warmup: int = 3
+    batch: int = 20
+    flush_l2: bool = True
+    use_graphs: bool = True
+    #: GPU spin before each timed iteration, in microseconds (hides host launch overhead of eager calls).
+    lead_us: float = 80.0
+
+
+def median_ci_rel(samples: list[float]) -> float:
+    """Half-width of the distribution-free 95 % confidence interval of the median, over the median."""
+    n = len(samples)
+    if n < 6:
+        return math.inf
+    xs = sorted(samples)
+    half = 1.96 * math.sqrt(n) / 2
+    lo = max(0, int(math.floor(n / 2 - half)) - 1)
+    hi = min(n - 1, int(math.ceil(n / 2 + half)) - 1)
+    med = xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+    return (xs[hi] - xs[lo]) / 2 / med if med > 0 else math.inf
+
+
+def _done(samples: list[float], opts: TimingOptions, started: float) -> bool:
+    if len(samples) >= opts.max_reps:
+        return True
+    if len(samples) < opts.min_reps:
+        return time.perf_counter() - started > 4 * opts.time_cap_s  # a very slow candidate: stop anyway
+    return median_ci_rel(samples) <= opts.target_ci or time.perf_counter() - started > opts.time_cap_s
+
+
+def time_cpu(fn: Callable[[], Any], opts: TimingOptions = TimingOptions()) -> tuple[LatencyStats, str]:
+    """Wall-clock per call (CPU candidates)."""
+    for _ in range(opts.warmup):
+        fn()
+    samples: list[float] = []
+    started = time.perf_counter()
+    while not _done(samples, opts, started):
+        for _ in range(opts.batch):
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1e6)
+    return LatencyStats.from_samples(samples, ci95_rel=median_ci_rel(samples)), "wall_clock"
+
+
+def time_cuda(
+    fn: Callable[[], Any], *, l2_bytes: int, opts: TimingOptions = TimingOptions(), graph: Any | None = None,
+) -> tuple[LatencyStats, str]:
+    """Per-iteration CUDA-event times of ``fn`` (or of ``graph.replay()`` when a captured graph is given)."""
+    import torch
+
+    run = graph.replay if graph is not None else fn
+    flush = torch.empty(max(2 * l2_bytes, 1 << 20), dtype=torch.uint8, device="cuda") if opts.flush_l2 else None
+    cycles = int(opts.lead_us * _clock_mhz())
+    for _ in range(opts.warmup):
+        run()
+    torch.cuda.synchronize()
+    samples: list[float] = []
+    started = time.perf_counter()
+    while not _done(samples, opts, started):
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(opts.batch)]
+        for start, end in events:
+            if flush is not None:
+                flush.zero_()
+            if cycles:
+                torch.cuda._sleep(cycles)
+            start.record()
+            run()
+            end.record()
+        torch.cuda.synchronize()
+        samples.extend(start.elapsed_time(end) * 1e3 for start, end in events)
+    method = "cuda_graph" if graph is not None else "cuda_events"
+    return LatencyStats.from_samples(samples, ci95_rel=median_ci_rel(samples)), method
+
+
+def _clock_mhz() -> float:
+    """SM clock for torch.cuda._sleep's cycle count; NVML's max clock, else a Hopper-like 1980 MHz."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            return float(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return 1980.0
+
+
+def capture_graph(fn: Callable[[], Any]) -> Any:
+    """Capture ``fn`` in a CUDA graph on a side stream (after it has run once eagerly)."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()  # warm the side stream (allocator, lazy inits)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize()
+    return graph

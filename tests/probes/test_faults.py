@@ -1,0 +1,104 @@
+"""Fault injection: every way a candidate can fail becomes the right record, and the next one still works."""
+
+from pathlib import Path
+
+import pytest
+
+from hwtune.probes.measure import Planned, measure_attention
+from hwtune.probes.timing import TimingOptions
+from hwtune.probes.worker import WorkerPool
+from hwtune.selector.device import CPU_PROFILE
+from hwtune.selector.types import AttentionSpec, AttentionWorkload
+
+ROOT = str(Path(__file__).resolve().parents[2])
+WORKLOAD = AttentionWorkload(AttentionSpec(4, 2, 32, dtype="float32"), "decode", batch=3, context_len=40)
+FAST = TimingOptions(time_cap_s=0.05, min_reps=6, batch=6, warmup=1)
+
+
+def measure(pool: WorkerPool, fake: str, timeout_s: float = 60.0, workload: AttentionWorkload = WORKLOAD):
+    [rec] = measure_attention(
+        workload, [Planned("TORCH_SDPA", "math")], device="cpu", profile=CPU_PROFILE, timing=FAST,
+        timeout_s=timeout_s, pool=pool, candidate_override={"TORCH_SDPA": f"tests.probes.fake_candidates:{fake}"},
+    )
+    return rec
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with WorkerPool(env={"PYTHONPATH": ROOT}) as p:
+        yield p
+
+
+def test_good_candidate_is_measured(pool: WorkerPool) -> None:
+    rec = measure(pool, "Good")
+    assert rec.status == "ok", rec.message
+    assert rec.stats is not None and rec.stats.n >= 6 and rec.timing_method == "wall_clock"
+    assert rec.error["rel_l2"] < 1e-5
+
+
+@pytest.mark.parametrize(
+    "fake, status, words",
+    [
+        ("Exit", "crashed", "exited with code 3 without a result"),
+        ("Segfault", "crashed", "killed by signal SIGSEGV"),
+        ("Raise", "error", "RuntimeError: kernel exploded"),
+        ("Nan", "wrong_answer", "never written (still NaN)"),
+        ("Wrong", "wrong_answer", "worst (token, head) row has relative error"),
+        ("Stale", "wrong_answer", "batch B through the same plan"),
+    ],
+)
+def test_fault_then_recovery(pool: WorkerPool, fake: str, status: str, words: str) -> None:
+    rec = measure(pool, fake)
+    assert rec.status == status, rec.message
+    assert words in rec.message
+    assert rec.stats is None  # never timed
+    after = measure(pool, "Good")
+    assert after.status == "ok", f"after {fake}: {after.message}"
+
+
+def test_hang_is_a_timeout_and_the_group_is_killed(pool: WorkerPool) -> None:
+    started = pool.started
+    rec = measure(pool, "Hang", timeout_s=8)
+    assert rec.status == "timeout" and "no result within 8 s" in rec.message
+    assert "about to hang" in rec.message  # the last output is kept as evidence
+    assert measure(pool, "Good").status == "ok" and pool.started == started + 1
+
+
+def test_crash_replaces_the_worker_but_healthy_outcomes_keep_it(pool: WorkerPool) -> None:
+    measure(pool, "Good")
+    n = pool.started
+    measure(pool, "Wrong")
+    measure(pool, "Good")
+    assert pool.started == n  # wrong answers leave the process trustworthy
+    measure(pool, "Exit")
+    measure(pool, "Good")
+    assert pool.started == n + 1
+
+
+@pytest.mark.gpu
+def test_real_out_of_bounds_kernel_then_next_candidate_is_correct() -> None:
+    spec = AttentionSpec(8, 2, 64)
+    w = AttentionWorkload(spec, "decode", batch=4, context_len=300)
+    with WorkerPool(env={"PYTHONPATH": ROOT}) as gpu_pool:
+        [bad] = measure_attention(w, [Planned("TORCH_SDPA", "math")], device="cuda", timing=FAST, timeout_s=120,
+                                  pool=gpu_pool,
+                                  candidate_override={"TORCH_SDPA": "tests.probes.fake_candidates:OutOfBounds"})
+        assert bad.status in ("crashed", "error"), bad.message
+        assert "illegal memory access" in bad.message.lower() or "crashed" == bad.status
+        [good] = measure_attention(w, [Planned("TORCH_SDPA", "math")], device="cuda", timing=FAST, timeout_s=120,
+                                   pool=gpu_pool)
+        assert good.status == "ok", good.message
+
+
+DCP = AttentionWorkload(AttentionSpec(4, 2, 32, dtype="float32", dcp_size=2), "decode", batch=3, context_len=70)
+
+
+def test_dcp_split_and_merge_passes_for_exact_lse(pool: WorkerPool) -> None:
+    rec = measure(pool, "ReferenceLse", workload=DCP)
+    assert rec.status == "ok", rec.message
+    assert rec.error["dcp.lse_max_abs"] < 1e-4 and rec.error["dcp.rel_l2"] < 1e-5
+
+
+def test_wrong_lse_is_caught_by_the_lse_check(pool: WorkerPool) -> None:
+    rec = measure(pool, "BadLse", workload=DCP)
+    assert rec.status == "wrong_answer" and "LSE differs from the reference" in rec.message
