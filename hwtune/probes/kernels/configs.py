@@ -1,0 +1,197 @@
+"""Tactics of hwtune's Triton attention kernels: tile sizes, KV splits, warps, stages.
+
+WHY a separate, torch-free module: the tuner enumerates and names tactics (and the selector may show their
+names) without importing torch or triton. ``default_config`` is the "auto" tactic: a heuristic that only
+needs host integers (batch, lengths, SM count), so picking a config never syncs the device and works while
+a CUDA graph is being captured. ``config_space`` is what the "tuned" tactic searches.
+
+The heuristic's reasoning, for an H100 (132 SMs):
+
+- Decode (few query tokens per request) is bound by reading the KV cache. One program handles one
+  (request, KV head, KV split) and all query rows that share that KV head (GQA group x query tokens, packed
+  into one ``tl.dot`` tile), so every KV page is read once per KV head. Splits are added until there are
+  about ``8 x num_sms`` programs (small programs, so the last wave is short), but never fewer than
+  ``MIN_TOKENS_PER_SPLIT`` tokens per split (the partials written and merged stay a few percent of the KV
+  bytes: ``2 * splits * group / seq_len`` of them).
+- Prefill is bound by tensor-core throughput: big query tiles (128 rows), 64-token KV tiles, 8 warps, a
+  3-stage pipeline; splits only when the query tiles alone cannot fill the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_DECODE_QUERY_LEN = 16
+"""Requests with at most this many new tokens use the decode-style launch (all query rows of a request in
+one tile, split-KV); a batch whose longest query is longer uses the prefill-style launch."""
+
+MIN_TOKENS_PER_SPLIT = 256
+MAX_SPLITS = 128
+HEAD_SIZES = (64, 96, 128, 256)
+PAGE_SIZE_RANGE = (16, 128)  # multiples of 16
+
+
+@dataclass(frozen=True)
+class TritonAttnConfig:
+    """One tactic of the paged attention kernels.
+
+    block_n: KV positions per inner-loop tile. num_splits: KV splits per (request, KV head); None lets the
+    launcher choose from the SM count. block_m: query rows per tile (query tokens x GQA heads); None lets
+    the launcher choose (decode: the smallest power of two >= 16 that holds a request's rows; prefill: 128,
+    64 for head size 256).
+    """
+
+    block_n: int
+    num_splits: int | None
+    num_warps: int
+    num_stages: int
+    block_m: int | None = None
+
+    def __post_init__(self) -> None:
+        for field, value in (("block_n", self.block_n), ("block_m", self.block_m)):
+            if value is not None and (value < 16 or value & (value - 1)):
+                raise ValueError(f"TritonAttnConfig.{field} must be a power of two >= 16, got {value}")
+        if self.num_splits is not None and not 1 <= self.num_splits <= MAX_SPLITS:
+            raise ValueError(f"TritonAttnConfig.num_splits must be in 1..{MAX_SPLITS} or None, got {self.num_splits}")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"TritonAttnConfig.num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
+        if not 1 <= self.num_stages <= 6:
+            raise ValueError(f"TritonAttnConfig.num_stages must be in 1..6, got {self.num_stages}")
+
+    def name(self) -> str:
+        """Short stable name used as the tactic's variant in measurement records, e.g. ``n64-s8-w4-st2``."""
+        splits = "auto" if self.num_splits is None else str(self.num_splits)
+        base = f"n{self.block_n}-s{splits}-w{self.num_warps}-st{self.num_stages}"
+        return base if self.block_m is None else f"{base}-m{self.block_m}"
+
+
+def next_pow2(n: int) -> int:
+    """Smallest power of two >= n (>= 1)."""
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def is_decode_shape(max_query_len: int) -> bool:
+    """True when every request's query rows fit the decode-style launch."""
+    return max_query_len <= MAX_DECODE_QUERY_LEN
+
+
+def decode_block_m(max_query_len: int, gqa_group: int) -> int:
+    """Rows per tile for the decode-style launch: a request's tokens x its GQA group, at least 16 (the
+    smallest ``tl.dot`` M), at most 128 (beyond that a request spans several tiles)."""
+    return max(16, min(128, next_pow2(max(1, max_query_len) * gqa_group)), next_pow2(gqa_group))
+
+
+def prefill_block_m(head_size: int, gqa_group: int) -> int:
+    return max(64 if head_size > 128 else 128, next_pow2(gqa_group))
+
+
+def choose_num_splits(*, programs: int, max_seq_len: int, num_sms: int, decode: bool) -> int:
+    """KV splits so that ``programs * splits`` reaches about 8 (decode) or 2 (prefill) programs per SM,
+    keeping at least MIN_TOKENS_PER_SPLIT (decode) or 2048 (prefill) tokens per split."""
+    programs = max(1, programs)
+    per_sm, min_tokens = (8, MIN_TOKENS_PER_SPLIT) if decode else (2, 2048)
+    target = per_sm * max(1, num_sms)
+    if programs >= target:
+        return 1
+    splits = min(cdiv(target, programs), cdiv(max(1, max_seq_len), min_tokens), MAX_SPLITS)
+    return max(1, splits)
+
+
+def _validate_head_size(head_size: int) -> None:
+    if head_size not in HEAD_SIZES:
+        raise ValueError(f"hwtune's Triton attention supports head sizes {HEAD_SIZES}, got {head_size}")
+
+
+def default_config(
+    *,
+    phase: str,
+    batch: int,
+    max_query_len: int,
+    max_seq_len: int,
+    head_size: int,
+    gqa_group: int,
+    num_sms: int,
+    num_kv_heads: int | None = None,
+) -> TritonAttnConfig:
+    """The "auto" tactic. ``phase`` ("decode", "prefill", "mixed") is informative: the launch style follows
+    ``max_query_len`` (a mixed batch with a long prefill chunk runs prefill-style). Pass ``num_kv_heads``:
+    without it the split count assumes a single KV head (more splits than needed, still correct)."""
+    if phase not in ("decode", "prefill", "mixed"):
+        raise ValueError(f"phase must be 'decode', 'prefill' or 'mixed', got {phase!r}")
+    _validate_head_size(head_size)
+    kv_heads = num_kv_heads or 1
+    if is_decode_shape(max_query_len):
+        block_m = decode_block_m(max_query_len, gqa_group)
+        block_q = max(1, block_m // gqa_group)
+        programs = batch * kv_heads * cdiv(max(1, max_query_len), block_q)
+        splits = choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=True)
+        block_n = {64: 128, 96: 64, 128: 64, 256: 32}[head_size]
+        return TritonAttnConfig(block_n=block_n, num_splits=splits, num_warps=4,
+                                num_stages=2 if head_size == 256 else 3)
+    block_m = prefill_block_m(head_size, gqa_group)
+    block_q = max(1, block_m // gqa_group)
+    programs = batch * kv_heads * cdiv(max_query_len, block_q)
+    splits = choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=False)
+    if head_size == 256:
+        return TritonAttnConfig(block_n=32, num_splits=splits, num_warps=4, num_stages=2, block_m=block_m)
+    return TritonAttnConfig(block_n=64, num_splits=splits, num_warps=8 if block_m >= 128 else 4,
+                            num_stages=3, block_m=block_m)
+
+
+def config_space(
+    *,
+    phase: str,
+    head_size: int,
+    batch: int = 1,
+    max_query_len: int = 1,
+    max_seq_len: int = 4096,
+    gqa_group: int = 1,
+    num_sms: int = 132,
+    num_kv_heads: int | None = None,
+) -> list[TritonAttnConfig]:
+    """Configs the "tuned" tactic searches for one workload; the "auto" config comes first, no duplicates.
+
+    Decode: KV tile x warps x stages x {half, auto, double} splits (36 or fewer). Prefill: (query tile,
+    KV tile) pairs x warps x stages (24 or fewer). Every config here runs correctly; only speed differs.
+    """
+    auto = default_config(phase=phase, batch=batch, max_query_len=max_query_len, max_seq_len=max_seq_len,
+                          head_size=head_size, gqa_group=gqa_group, num_sms=num_sms, num_kv_heads=num_kv_heads)
+    out: list[TritonAttnConfig] = [auto]
+    if is_decode_shape(max_query_len):
+        s = auto.num_splits or 1
+        splits = sorted({max(1, s // 2), s, min(MAX_SPLITS, s * 2)})
+        block_ns = (16, 32, 64) if head_size == 256 else (32, 64, 128)
+        for bn in block_ns:
+            for warps in (4, 8):
+                for stages in (2, 3):
+                    for sp in splits:
+                        out.append(TritonAttnConfig(block_n=bn, num_splits=sp, num_warps=warps, num_stages=stages))
+    else:
+        pairs = ((64, 32), (64, 64), (128, 32)) if head_size == 256 else ((128, 64), (128, 128), (64, 64), (128, 32))
+        for bm, bn in pairs:
+            bm = max(bm, next_pow2(gqa_group))
+            for warps in (4, 8):
+                for stages in (2, 3, 4):
+                    if head_size == 256 and stages > 2 and bn > 32:
+                        continue  # shared memory: 256-wide K and V tiles, 3+ stages, do not fit
+                    out.append(TritonAttnConfig(block_n=bn, num_splits=auto.num_splits, num_warps=warps,
+                                                num_stages=stages, block_m=bm))
+    seen: set[TritonAttnConfig] = set()
+    unique = []
+    for cfg in out:
+        if cfg not in seen:
+            seen.add(cfg)
+            unique.append(cfg)
+    return unique
+
+
+def workspace_size(*, num_tokens: int, num_heads: int, head_size: int, num_splits: int) -> int:
+    """float32 elements of scratch the split-KV launch needs: per split, one partial output row
+    (head_size) and one partial LSE per (token, query head). Zero when ``num_splits == 1``."""
+    if num_splits <= 1:
+        return 0
+    return num_splits * num_tokens * num_heads * (head_size + 1)

@@ -1,0 +1,234 @@
+"""TRITON_ATTN: hwtune's paged attention in Triton (decode, prefill, mixed batches, speculative decode).
+
+One kernel serves every phase. A program owns (query tile, KV head, KV split): its query rows are a
+request's query tokens x the GQA group of that KV head, so each KV tile is loaded once per KV head and fed
+to one ``tl.dot`` for all of them (decode reads every page once per KV head). Query token ``i`` of request
+``r`` sits at position ``seq_lens[r] - query_len[r] + i`` and sees KV positions up to it (causal within the
+new tokens, whole cached prefix). The KV loop runs in two parts: tiles wholly before the tile's first query
+position (no mask: straight 16-byte loads), then the diagonal / tail tiles (masked).
+
+With ``num_splits > 1`` (flash-decoding) each split writes a normalised partial output and its LSE to the
+workspace and a small kernel merges them by LSE; with one split the kernel writes ``out`` and ``lse``
+directly. The LSE is the natural log of the softmax denominator of ``softmax_scale * q.k`` (float32), so
+attention over two disjoint KV sets merges exactly (DCP).
+
+KV caches: ``k_cache``/``v_cache`` are 4-D views with any strides (NHD ``[blocks, page, kv_heads, D]`` or
+HND ``[blocks, kv_heads, page, D]``) whose last dimension is contiguous; fp16/bf16, or fp8 e4m3 with
+per-tensor ``k_scale``/``v_scale`` (folded into the softmax scale and the output). Head size 96 runs as
+128 with masked lanes.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from hwtune.probes.kernels._common import (
+    LOG2E,
+    check_runnable,
+    locate_qblock,
+    merge_splits,
+    num_sms,
+    plan_launch,
+    split_buffers,
+    split_tile_range,
+    store_result,
+)
+from hwtune.probes.kernels.configs import (
+    HEAD_SIZES,
+    TritonAttnConfig,
+    config_space,
+    default_config,
+    next_pow2,
+    workspace_size,
+)
+
+KV_DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn)
+
+
+@triton.jit
+def _kv_tile(acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs_n, offs_d, d_ok,
+             stride_kb, stride_kt, stride_vb, stride_vt, scale_log2,
+             BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr, D_PADDED: tl.constexpr):
+    """One KV tile of the online softmax (scores in log2 units)."""
+    pos = j * BLOCK_N + offs_n
+    if MASKED:
+        n_ok = pos < kv_end
+        blk = tl.load(bt_row + pos // PAGE_SIZE, mask=n_ok, other=0).to(tl.int64)
+    else:
+        blk = tl.load(bt_row + pos // PAGE_SIZE).to(tl.int64)
+    in_page = pos % PAGE_SIZE
+    k_off = blk * stride_kb + in_page * stride_kt
+    v_off = blk * stride_vb + in_page * stride_vt
+    if MASKED or D_PADDED:
+        if MASKED:
+            ld_mask = n_ok[:, None] & d_ok[None, :]
+        else:
+            ld_mask = (pos >= 0)[:, None] & d_ok[None, :]
+        k = tl.load(k_base + k_off[:, None] + offs_d[None, :], mask=ld_mask, other=0.0)
+        v = tl.load(v_base + v_off[:, None] + offs_d[None, :], mask=ld_mask, other=0.0)
+    else:
+        k = tl.load(k_base + k_off[:, None] + offs_d[None, :])
+        v = tl.load(v_base + v_off[:, None] + offs_d[None, :])
+    qk = tl.dot(q, tl.trans(k.to(q.dtype))) * scale_log2
+    if MASKED:
+        keep = (pos[None, :] <= rows_pos[:, None]) & n_ok[None, :]
+        qk = tl.where(keep, qk, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(qk - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(q.dtype), v.to(q.dtype), acc=acc * alpha[:, None])
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _paged_attn_kernel(
+    q_ptr, k_ptr, v_ptr, bt_ptr, seq_lens_ptr, qsl_ptr,
+    out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
+    batch, num_splits, scale_log2, v_scale,
+    stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, stride_bt,
+    stride_ot, stride_oh, stride_lt, stride_lh, stride_ps, stride_pt, stride_ph,
+    HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
+    BLOCK_N: tl.constexpr, GROUP: tl.constexpr, PAGE_SIZE: tl.constexpr, ONE_PER_REQ: tl.constexpr,
+    SPLIT: tl.constexpr, WRITE_LSE: tl.constexpr,
+):
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    req, local = locate_qblock(tl.program_id(0), qsl_ptr, batch, BLOCK_Q, ONE_PER_REQ)
+    q_start = tl.load(qsl_ptr + req)
+    q_len = tl.load(qsl_ptr + req + 1) - q_start
+    n_qtiles = tl.cdiv(q_len, BLOCK_Q)
+    if local >= n_qtiles:
+        return
+    qtile = n_qtiles - 1 - local  # last (longest causal) tiles first: shorter tail
+    seq_len = tl.load(seq_lens_ptr + req)
+    ctx = seq_len - q_len  # cached prefix before the new tokens
+
+    rows = tl.arange(0, BLOCK_M)
+    tok = qtile * BLOCK_Q + rows // GROUP
+    row_ok = (rows // GROUP < BLOCK_Q) & (tok < q_len)
+    head = kv_head * GROUP + rows % GROUP
+    rows_tok = q_start + tok
+    rows_pos = ctx + tok
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_D
+    q_off = rows_tok.to(tl.int64) * stride_qt + head * stride_qh
+    q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+
+    first_pos = ctx + qtile * BLOCK_Q
+    kv_end = tl.minimum(seq_len, ctx + qtile * BLOCK_Q + BLOCK_Q)
+    t0, t1, full_end = split_tile_range(kv_end, first_pos, split, num_splits, BLOCK_N)
+
+    bt_row = bt_ptr + req.to(tl.int64) * stride_bt
+    k_base = k_ptr + kv_head.to(tl.int64) * stride_kh
+    v_base = v_ptr + kv_head.to(tl.int64) * stride_vh
+    offs_n = tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    m_i = tl.full([BLOCK_M], -1.0e30, tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    for j in range(t0, tl.minimum(t1, full_end)):
+        acc, m_i, l_i = _kv_tile(acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs_n,
+                                 offs_d, d_ok, stride_kb, stride_kt, stride_vb, stride_vt, scale_log2,
+                                 BLOCK_N, PAGE_SIZE, False, BLOCK_D != HEAD_D)
+    for j in range(tl.maximum(t0, full_end), t1):
+        acc, m_i, l_i = _kv_tile(acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs_n,
+                                 offs_d, d_ok, stride_kb, stride_kt, stride_vb, stride_vt, scale_log2,
+                                 BLOCK_N, PAGE_SIZE, True, BLOCK_D != HEAD_D)
+    acc = acc * v_scale
+    store_result(acc, m_i, l_i, rows_tok, head, row_ok, offs_d, d_ok, split,
+                 out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
+                 stride_ot, stride_oh, stride_lt, stride_lh, stride_ps, stride_pt, stride_ph,
+                 HEAD_D, SPLIT, WRITE_LSE)
+
+
+def _kv_strides(cache: torch.Tensor, kv_layout: str) -> tuple[int, int, int, int]:
+    """(block, position-in-page, kv-head) strides and the page size, for either layout."""
+    if cache.dim() != 4 or cache.stride(-1) != 1:
+        raise ValueError(
+            f"a KV cache view must be 4-D with a contiguous last (head) dimension; got shape "
+            f"{tuple(cache.shape)} strides {cache.stride()}"
+        )
+    if kv_layout == "NHD":
+        return cache.stride(0), cache.stride(1), cache.stride(2), cache.shape[1]
+    if kv_layout == "HND":
+        return cache.stride(0), cache.stride(2), cache.stride(1), cache.shape[2]
+    raise ValueError(f"kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    *,
+    max_query_len: int,
+    max_seq_len: int,
+    out: torch.Tensor,
+    lse: torch.Tensor | None = None,
+    softmax_scale: float,
+    kv_layout: str = "NHD",
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+    config: TritonAttnConfig | None = None,
+    workspace: torch.Tensor | None = None,
+) -> None:
+    """Paged attention of ``q`` [tokens, heads, D] over the cache into ``out`` (and ``lse`` [tokens, heads]
+    float32, natural log). Host integers only on the launch path: no device reads, graph-capturable."""
+    check_runnable(q, k_cache, v_cache)
+    num_tokens, num_heads, head_size = q.shape
+    ks_b, ks_t, ks_h, page_size = _kv_strides(k_cache, kv_layout)
+    vs_b, vs_t, vs_h, v_page = _kv_strides(v_cache, kv_layout)
+    num_kv_heads = k_cache.shape[2] if kv_layout == "NHD" else k_cache.shape[1]
+    if head_size not in HEAD_SIZES or k_cache.shape[-1] != head_size or v_cache.shape[-1] != head_size:
+        raise ValueError(f"head size must be one of {HEAD_SIZES} and equal in q, K and V; got q {head_size}, "
+                         f"K {k_cache.shape[-1]}, V {v_cache.shape[-1]}")
+    if page_size % 16 or not 16 <= page_size <= 128 or v_page != page_size:
+        raise ValueError(f"page size must be a multiple of 16 in 16..128 (and equal for K and V); got {page_size}")
+    if num_heads % num_kv_heads:
+        raise ValueError(f"query heads ({num_heads}) must be a multiple of KV heads ({num_kv_heads})")
+    if q.dtype not in (torch.float16, torch.bfloat16) or out.dtype != q.dtype:
+        raise ValueError(f"q and out must both be float16 or bfloat16; got q {q.dtype}, out {out.dtype}")
+    if k_cache.dtype not in KV_DTYPES or v_cache.dtype != k_cache.dtype:
+        raise ValueError(f"KV cache dtype must be float16, bfloat16 or float8_e4m3fn; got {k_cache.dtype}")
+    if q.stride(-1) != 1 or out.stride(-1) != 1 or out.shape != q.shape:
+        raise ValueError("q and out must have the same shape and a contiguous last dimension")
+    if lse is not None and (lse.dtype != torch.float32 or tuple(lse.shape) != (num_tokens, num_heads)):
+        raise ValueError(f"lse must be float32 [{num_tokens}, {num_heads}]; got {lse.dtype} {tuple(lse.shape)}")
+    batch = block_table.shape[0]
+    if batch == 0 or num_tokens == 0:
+        return  # nothing to attend (host ints: no sync)
+    group = num_heads // num_kv_heads
+    if config is None:
+        config = default_config(phase="decode" if max_query_len <= 1 else "mixed", batch=batch,
+                                max_query_len=max_query_len, max_seq_len=max_seq_len, head_size=head_size,
+                                gqa_group=group, num_sms=num_sms(q.device), num_kv_heads=num_kv_heads)
+    plan = plan_launch(config, num_tokens=num_tokens, batch=batch, max_query_len=max_query_len,
+                       head_size=head_size, gqa_group=group)
+    splits = plan.num_splits
+    if splits > 1:
+        part_o, part_lse = split_buffers(workspace, splits=splits, num_tokens=num_tokens, num_heads=num_heads,
+                                         head_size=head_size, device=q.device)
+    else:
+        part_o = part_lse = out  # unused by the unsplit kernel
+    lse_arg = lse if lse is not None else out
+    pl_strides = (part_lse.stride(0), part_lse.stride(1), part_lse.stride(2)) if splits > 1 else (0, 0, 0)
+    _paged_attn_kernel[(plan.grid0, num_kv_heads, splits)](
+        q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
+        out, lse_arg, part_o, part_lse,
+        batch, splits, float(softmax_scale) * float(k_scale) * LOG2E, float(v_scale),
+        q.stride(0), q.stride(1), ks_b, ks_t, ks_h, vs_b, vs_t, vs_h, block_table.stride(0),
+        out.stride(0), out.stride(1), lse_arg.stride(0), lse_arg.stride(1) if lse is not None else 0, *pl_strides,
+        HEAD_D=head_size, BLOCK_D=next_pow2(head_size), BLOCK_M=plan.block_m, BLOCK_Q=plan.block_q,
+        BLOCK_N=plan.block_n, GROUP=group, PAGE_SIZE=page_size, ONE_PER_REQ=plan.one_per_req,
+        SPLIT=splits > 1, WRITE_LSE=lse is not None,
+        num_warps=plan.num_warps, num_stages=plan.num_stages,
+    )
+    if splits > 1:
+        merge_splits(part_o, part_lse, out, lse, query_start_loc, batch)
+
+
+__all__ = ["TritonAttnConfig", "config_space", "default_config", "paged_attention", "workspace_size"]

@@ -1,0 +1,71 @@
+"""Run the interpreter case grid in this process under TRITON_INTERPRET=1 and print JSON results.
+
+Usage: ``python -m tests.probes.kernels.interp_runner [--shard I/N] [case ...]``. It must be a fresh
+process: Triton decides at decoration time whether a kernel is interpreted, so the variable has to be set
+before ``triton`` and the kernel modules are imported (the pytest session may already have imported them).
+
+Interpreter fix applied here (and only here): Triton 3.9's interpreter stores bfloat16 as raw uint16 and
+``tl.dot`` multiplies those bit patterns, so a bf16 dot returns garbage on the CPU. The patch converts bf16
+operands to float32 before the interpreter's numpy matmul (the GPU computes bf16 x bf16 products exactly
+into float32 accumulators, so this is the same arithmetic). Without it every bf16 case would fail for a
+reason that is not in hwtune's kernels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import triton.language as tl
+from triton.runtime import interpreter as _interp
+
+_create_dot = _interp.InterpreterBuilder.create_dot
+
+
+def _bf16_safe_dot(self, a, b, d, input_precision, max_num_imprecise_acc):  # type: ignore[no-untyped-def]
+    if a.dtype.scalar == tl.bfloat16:
+        a = self.cast_impl(a, tl.float32)
+    if b.dtype.scalar == tl.bfloat16:
+        b = self.cast_impl(b, tl.float32)
+    return _create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+
+_interp.InterpreterBuilder.create_dot = _bf16_safe_dot
+
+
+def main(argv: list[str]) -> int:
+    import torch
+
+    from tests.probes.kernels.grid import INTERP_CASES
+
+    torch.set_num_threads(1)
+    shard, n_shards = 0, 1
+    names = []
+    it = iter(argv)
+    for arg in it:
+        if arg == "--shard":
+            shard, n_shards = (int(x) for x in next(it).split("/"))
+        else:
+            names.append(arg)
+    names = names or sorted(INTERP_CASES)
+    names = [n for i, n in enumerate(names) if i % n_shards == shard]
+    results = {}
+    for name in names:
+        start = time.perf_counter()
+        try:
+            checks = INTERP_CASES[name]("cpu")
+            results[name] = {"checks": {k: [float(v), float(lim)] for k, (v, lim) in checks.items()}}
+        except Exception:
+            results[name] = {"error": traceback.format_exc()}
+        results[name]["seconds"] = round(time.perf_counter() - start, 2)
+    json.dump(results, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

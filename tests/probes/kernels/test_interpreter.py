@@ -1,0 +1,47 @@
+"""hwtune's Triton kernels against float32 references, run by Triton's interpreter on the CPU.
+
+The grid (tests/probes/kernels/grid.py INTERP_CASES) runs once per session in two subprocesses (this
+machine class has 2 cores) with TRITON_INTERPRET=1 set before triton is imported; each case is then one
+test here. See interp_runner.py for the one interpreter bug worked around (bf16 ``tl.dot``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.probes.kernels.grid import INTERP_CASES
+
+ROOT = Path(__file__).resolve().parents[3]
+SHARDS = 2
+
+
+def _run_shard(shard: int) -> dict:
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+               OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "tests.probes.kernels.interp_runner", "--shard", f"{shard}/{SHARDS}"],
+                          check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    if proc.returncode != 0:
+        raise RuntimeError(f"interpreter runner shard {shard} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="session")
+def interp_results() -> dict:
+    with ThreadPoolExecutor(SHARDS) as pool:
+        shards = list(pool.map(_run_shard, range(SHARDS)))
+    return {k: v for shard in shards for k, v in shard.items()}
+
+
+@pytest.mark.parametrize("case", sorted(INTERP_CASES))
+def test_kernel_case_in_interpreter(case: str, interp_results: dict) -> None:
+    result = interp_results[case]
+    assert "error" not in result, result.get("error")
+    failed = {k: v for k, (v, limit) in result["checks"].items() if not v <= limit}
+    assert not failed, f"{case}: checks over their limits {failed} (all: {result['checks']})"
