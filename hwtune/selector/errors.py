@@ -57,3 +57,17 @@ class StoreError(HwtuneError):
     """The result store cannot be used as asked (unreachable, wrong revision, refused path)."""
 
     exit_code = 1
+
+
+class StoreOutdatedError(StoreError):
+    """The store's schema is older (or newer) than this hwtune's; the message says which command fixes it."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store cannot be reached or opened (server down, file missing, refused filesystem, no permission)."""
+
+
+class StoreDataError(StoreError):
+    """Bad input for the store: an import file whose rows fail validation. Bad input, hence exit code 2."""
+
+    exit_code = 2

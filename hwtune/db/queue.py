@@ -1,0 +1,105 @@
+"""The multi-node tuning queue: each item of a plan goes to exactly one worker at a time, under a lease.
+
+``claim`` picks pending items, and items whose worker's lease ran out (the worker died or hung), and marks
+them claimed by the caller until ``now + lease_s``. On PostgreSQL the pick is ``SELECT ... FOR UPDATE SKIP
+LOCKED``: concurrent workers skip rows another worker is claiming instead of waiting or taking them twice.
+On SQLite the whole claim runs under ``BEGIN IMMEDIATE``, which serialises writers. An item whose lease
+expired ``max_attempts`` times is marked failed rather than handed out again: it probably kills workers.
+Lease times come from the database server's clock on PostgreSQL, so nodes with skewed clocks agree.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any, Mapping, Sequence
+
+from sqlalchemy import and_, func, or_, select, text, update
+from sqlalchemy.engine import Connection
+
+from hwtune.db.models import WORK_STATES, WorkItemRow, table
+from hwtune.db.upsert import upsert
+
+T = table(WorkItemRow)
+
+
+def db_now(conn: Connection) -> _dt.datetime:
+    """The time all lease arithmetic uses: the server's on PostgreSQL, this host's on SQLite (one host)."""
+    if conn.dialect.name == "postgresql":
+        value = conn.execute(text("SELECT now()")).scalar_one()
+        return value.astimezone(_dt.timezone.utc)
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+def enqueue(conn: Connection, plan_id: str, items: Sequence[tuple[str, Mapping[str, Any]]]) -> int:
+    """Add items (key, payload) to a plan; keys already there are left alone. Returns how many were new."""
+    now = db_now(conn)
+    rows = [{"plan_id": plan_id, "item_key": key, "payload": dict(payload), "state": "pending",
+             "claimed_by": None, "lease_expires_at": None, "attempts": 0, "updated_at": now}
+            for key, payload in items]
+    return upsert(conn, T, rows, conflict=("plan_id", "item_key"))
+
+
+def claim(conn: Connection, plan_id: str, worker: str, n: int, lease_s: float,
+          max_attempts: int = 3) -> list[tuple[str, dict[str, Any]]]:
+    """Claim up to ``n`` items for ``worker`` until now + ``lease_s``; (key, payload) in plan order."""
+    now = db_now(conn)
+    expired = and_(T.c.state == "claimed", T.c.lease_expires_at < now)
+    conn.execute(  # items that have already used up their attempts are failed, not handed out again
+        update(T).where(T.c.plan_id == plan_id, expired, T.c.attempts >= max_attempts)
+        .values(state="failed", lease_expires_at=None, updated_at=now)
+    )
+    pick = (
+        select(T.c.id)
+        .where(T.c.plan_id == plan_id, or_(T.c.state == "pending", expired), T.c.attempts < max_attempts)
+        .order_by(T.c.id)
+        .limit(n)
+    )
+    if conn.dialect.name == "postgresql":
+        pick = pick.with_for_update(skip_locked=True)
+    ids = [row[0] for row in conn.execute(pick)]
+    if not ids:
+        return []
+    claimed = conn.execute(
+        update(T).where(T.c.id.in_(ids))
+        .values(state="claimed", claimed_by=worker, attempts=T.c.attempts + 1, updated_at=now,
+                lease_expires_at=now + _dt.timedelta(seconds=lease_s))
+        .returning(T.c.id, T.c.item_key, T.c.payload)
+    ).all()
+    return [(key, payload) for _, key, payload in sorted(claimed, key=lambda r: r[0])]
+
+
+def heartbeat(conn: Connection, plan_id: str, worker: str, keys: Sequence[str], lease_s: float) -> list[str]:
+    """Extend ``worker``'s lease on ``keys``; returns the keys it still holds (others were lost)."""
+    if not keys:
+        return []
+    now = db_now(conn)
+    rows = conn.execute(
+        update(T).where(T.c.plan_id == plan_id, T.c.item_key.in_(list(keys)), T.c.claimed_by == worker,
+                        T.c.state == "claimed")
+        .values(lease_expires_at=now + _dt.timedelta(seconds=lease_s), updated_at=now)
+        .returning(T.c.item_key)
+    ).all()
+    return sorted(r[0] for r in rows)
+
+
+def complete(conn: Connection, plan_id: str, key: str, ok: bool, worker: str | None = None) -> bool:
+    """Mark an item done (or failed); with ``worker``, only if that worker still holds it."""
+    now = db_now(conn)
+    cond = [T.c.plan_id == plan_id, T.c.item_key == key]
+    if worker is not None:
+        cond.append(T.c.claimed_by == worker)
+    rows = conn.execute(
+        update(T).where(*cond).values(state="done" if ok else "failed", lease_expires_at=None, updated_at=now)
+        .returning(T.c.id)
+    ).all()
+    return bool(rows)
+
+
+def queue_state(conn: Connection, plan_id: str) -> dict[str, int]:
+    """Items per state (pending, claimed, done, failed) for one plan."""
+    out = {state: 0 for state in WORK_STATES}
+    for state, count in conn.execute(
+        select(T.c.state, func.count()).where(T.c.plan_id == plan_id).group_by(T.c.state)
+    ):
+        out[state] = int(count)
+    return out

@@ -1,0 +1,57 @@
+"""Tuning runs: one row per ``hwtune tune`` (who, where, plan, budget, start/end, state), and the resume set.
+
+A run id tags every measurement it writes, so a run killed half-way resumes by skipping the candidates
+``measured_keys`` returns; re-writing one it had already stored is harmless (the upsert is idempotent).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import getpass
+import os
+import socket
+from typing import Any, Mapping
+
+from sqlalchemy import select, update
+from sqlalchemy.engine import Connection
+
+from hwtune._version import __version__
+from hwtune.db.models import MeasurementRow, RunRow, WorkloadRow, table
+from hwtune.db.upsert import upsert
+
+R, M, W = table(RunRow), table(MeasurementRow), table(WorkloadRow)
+
+
+def _who() -> str | None:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # containers without a passwd entry
+        return os.environ.get("USER")
+
+
+def start(conn: Connection, run_id: str, *, who: str | None, host: str | None,
+          plan: Mapping[str, Any] | None, budget_s: float | None) -> None:
+    """Insert the run as ``running`` (or mark a resumed one running again)."""
+    row = {"id": run_id, "who": who or _who(), "host": host or socket.gethostname(),
+           "plan": dict(plan) if plan is not None else None, "budget_s": budget_s,
+           "started_at": _dt.datetime.now(_dt.timezone.utc), "ended_at": None, "state": "running",
+           "hwtune_version": __version__}
+    upsert(conn, R, [row], conflict=("id",), update=("state", "ended_at"))
+
+
+def finish(conn: Connection, run_id: str, state: str) -> bool:
+    """Set the end state and time; False when there is no such run."""
+    done = conn.execute(update(R).where(R.c.id == run_id)
+                        .values(state=state, ended_at=_dt.datetime.now(_dt.timezone.utc)).returning(R.c.id))
+    return bool(done.all())
+
+
+def get(conn: Connection, run_id: str) -> dict[str, Any] | None:
+    row = conn.execute(select(R).where(R.c.id == run_id)).mappings().first()
+    return dict(row) if row else None
+
+
+def measured_keys(conn: Connection, run_id: str) -> set[tuple[str, str, str]]:
+    query = (select(W.c.key, M.c.backend, M.c.tactic).select_from(M.join(W, M.c.workload_id == W.c.id))
+             .where(M.c.run_id == run_id))
+    return {(k, b, t) for k, b, t in conn.execute(query)}
