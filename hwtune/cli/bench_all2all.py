@@ -1,0 +1,162 @@
+"""``hwtune bench all2all``: measure MoE all2all candidates on this machine, each in a fresh process group.
+
+Thin: it builds the workloads, calls ``hwtune.probes.all2all.measure_all2all_sweep`` and prints the
+records (a table on stderr, or JSON on stdout with ``--json``). Exit codes, as ``hwtune bench attention``:
+0 when every record is ``ok`` or ``unsupported`` (and at least one is ``ok``); 1 when a measured candidate
+gave a wrong answer, crashed, hung or errored; 3 when every requested candidate is ``unsupported`` here
+(the catalogue rejects it, or a package is missing); 2 for bad input.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, cast
+
+import typer
+
+from hwtune.cli.common import JsonOpt, console, emit_json, guarded
+from hwtune.selector.errors import InvalidSpecError
+from hwtune.selector.records import MeasurementRecord
+from hwtune.selector.types import All2AllSpec, All2AllWorkload
+
+
+def _device(value: str) -> Literal["cuda", "cpu"]:
+    value = value.strip().lower()
+    if value == "auto":
+        from hwtune.probes.device import detect
+
+        return "cuda" if detect().is_cuda else "cpu"
+    if value not in ("cuda", "cpu"):
+        raise InvalidSpecError(f"unknown device {value!r} for all2all benchmarking; use cuda, cpu or auto")
+    return cast(Literal["cuda", "cpu"], value)
+
+
+def _backends(values: list[str]) -> list[str]:
+    from hwtune.selector import catalogue
+
+    out: list[str] = []
+    for v in values:
+        for name in (p.strip() for p in v.split(",")):
+            if name.lower() == "all":
+                out += catalogue.names("all2all")
+            elif name:
+                out.append(catalogue.get("all2all", name).name)  # unknown names: exit 2 with the known ones
+    return list(dict.fromkeys(out))
+
+
+def _table(records: list[MeasurementRecord]) -> None:
+    from rich.table import Table
+
+    table = Table(title="MoE all2all: dispatch + combine, slowest rank per iteration")
+    for col in ("backend", "tokens/rank", "routing", "status", "median us", "p10 us", "p90 us", "GB/s"):
+        table.add_column(col, no_wrap=True)
+    notes: dict[tuple[str, str, str], None] = {}
+    for r in records:
+        s, x = r.stats, r.extra
+        gbps = x.get("achieved_gbps")
+        table.add_row(
+            r.backend,
+            str(r.workload["tokens_per_rank"]),
+            str(r.workload["routing"]),
+            r.status,
+            f"{s.median_us:.1f}" if s else "",
+            f"{s.p10_us:.1f}" if s else "",
+            f"{s.p90_us:.1f}" if s else "",
+            f"{gbps:.3g}" if gbps else "",
+        )
+        for note in ([r.message] if r.message else []) + list(x.get("notes", [])):
+            notes[(r.backend, r.status, note)] = None
+    console.print(table)
+    for backend, status, note in notes:
+        console.print(f"{backend} ({status}): {note}", markup=False, highlight=False)
+
+
+@guarded
+def all2all(
+    backend: list[str] = typer.Option(
+        ..., "--backend", "-b", help="Backend to measure (repeat, comma-separate, or 'all')."
+    ),
+    world_size: int = typer.Option(
+        ..., "--world-size", "-n", help="Ranks = EP size (one GPU per rank on CUDA)."
+    ),
+    tokens_per_rank: list[int] = typer.Option(
+        [128], "--tokens-per-rank", "-t", help="Tokens per rank (repeat to sweep)."
+    ),
+    hidden_size: int = typer.Option(2048, "--hidden-size", help="Hidden size of each token."),
+    topk: int = typer.Option(8, "--topk", help="Experts per token."),
+    num_experts: int | None = typer.Option(
+        None, "--num-experts", help="Experts in total (default 64, or 8 per rank)."
+    ),
+    quant_dtype: str = typer.Option(
+        "bf16", "--quant-dtype", help="Dispatch payload: bf16, fp8 (128-wide block scales) or nvfp4."
+    ),
+    routing: list[str] = typer.Option(
+        ["uniform"], "--routing", help="uniform or skewed (hot experts); repeat for both."
+    ),
+    device: str = typer.Option(
+        "auto", "--device", "-d", help="cuda (NCCL, one GPU per rank), cpu (gloo) or auto."
+    ),
+    timeout: float = typer.Option(
+        300.0,
+        "--timeout",
+        help="Seconds a workload may take before its process group is killed "
+        "(the first includes FlashInfer JIT builds).",
+    ),
+    time_cap: float = typer.Option(10.0, "--time-cap", help="Seconds of timed iterations per workload."),
+    capacity_factor: float | None = typer.Option(
+        None,
+        "--capacity-factor",
+        help="nccl_alltoallv: fixed receive buffers of this many times the mean load.",
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the tokens and routing."),
+    measure_peak: bool = typer.Option(
+        False, "--measure-peak", help="First measure the all-to-all peak bandwidth."
+    ),
+    explore: bool = typer.Option(
+        False, "--explore", help="Also run candidates the catalogue rejects, to find their real limits."
+    ),
+    no_cuda_graphs: bool = typer.Option(
+        False, "--no-cuda-graphs", help="Time graph-safe candidates eagerly too."
+    ),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Measure MoE all2all candidates (correct before timed; every rank agrees) on this machine."""
+    from hwtune.probes.all2all.measure import measure_all2all_sweep, measure_peak_bandwidth
+
+    dev = _device(device)
+    names = _backends(backend)
+    experts = num_experts if num_experts is not None else (64 if 64 % world_size == 0 else 8 * world_size)
+    spec = All2AllSpec(
+        ep_size=world_size, num_experts=experts, topk=topk, hidden_size=hidden_size, quant_dtype=quant_dtype
+    )
+    workloads = [All2AllWorkload(spec, t, cast(Any, r)) for r in routing for t in tokens_per_rank]
+    peak = None
+    if measure_peak:
+        res = measure_peak_bandwidth(world_size, device=dev, timeout_s=timeout)
+        peak = res.extra.get("peak_gbps") if res.status == "ok" else None
+        if peak is None:
+            console.print(f"peak measurement {res.status}: {res.message}", markup=False)
+    options = {"capacity_factor": capacity_factor} if capacity_factor is not None else {}
+    records = measure_all2all_sweep(
+        workloads,
+        names,
+        device=dev,
+        world_size=world_size,
+        timeout_s=timeout,
+        time_cap_s=time_cap,
+        seed=seed,
+        options=options,
+        peak_gbps=peak,
+        explore=explore,
+        use_cuda_graphs=not no_cuda_graphs,
+    )
+    if json_out:
+        emit_json([r.to_dict() for r in records])
+    else:
+        _table(records)
+        if peak:
+            console.print(f"measured all-to-all peak: {peak:.1f} GB/s per rank", markup=False)
+    statuses = {r.status for r in records}
+    if statuses - {"ok", "unsupported"}:
+        raise typer.Exit(1)
+    if "ok" not in statuses:
+        raise typer.Exit(3)

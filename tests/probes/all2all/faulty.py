@@ -1,0 +1,66 @@
+"""Deliberately broken candidates, loaded by spawned ranks through ``candidate_refs`` (tests only)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+
+import torch
+
+from hwtune.probes.all2all.candidates.allgather_reducescatter import AllGatherReduceScatterCandidate
+from hwtune.probes.all2all.candidates.base import CandidateUnsupported, Dispatched, LocalBatch
+
+
+class WrongCombineOnRank1(AllGatherReduceScatterCandidate):
+    """Rank 1 returns its tokens 10 % too large; rank 0 is right."""
+
+    def combine(self, dispatched: Dispatched, expert_out: torch.Tensor) -> torch.Tensor:
+        out = super().combine(dispatched, expert_out)
+        return (out.float() * 1.1).to(out.dtype) if self.ctx.rank == 1 else out
+
+
+class DropsLastToken(AllGatherReduceScatterCandidate):
+    """Dispatch loses the last token of every source rank (a truncating candidate)."""
+
+    def dispatch(self, batch: LocalBatch, *, verify: bool) -> Dispatched:
+        d = super().dispatch(batch, verify=verify)
+        t = batch.num_tokens
+        last = torch.arange(d.num_rows, device=d.expert_ids.device) % t == t - 1
+        d.expert_ids = torch.where(last[:, None], torch.full_like(d.expert_ids, -1), d.expert_ids)
+        return d
+
+
+class SegfaultOnRank1(AllGatherReduceScatterCandidate):
+    def dispatch(self, batch: LocalBatch, *, verify: bool) -> Dispatched:
+        if self.ctx.rank == 1:
+            ctypes.string_at(0)  # SIGSEGV
+        return super().dispatch(batch, verify=verify)
+
+
+class HangOnRank1(AllGatherReduceScatterCandidate):
+    def dispatch(self, batch: LocalBatch, *, verify: bool) -> Dispatched:
+        if self.ctx.rank == 1:
+            time.sleep(3600)
+        return super().dispatch(batch, verify=verify)
+
+
+class SilentExitOnRank1(AllGatherReduceScatterCandidate):
+    def dispatch(self, batch: LocalBatch, *, verify: bool) -> Dispatched:
+        if self.ctx.rank == 1:
+            os._exit(0)
+        return super().dispatch(batch, verify=verify)
+
+
+class RaisesOnFirstWorkload(AllGatherReduceScatterCandidate):
+    """Rank 0 raises on 8-token workloads while rank 1 waits in the collective."""
+
+    def dispatch(self, batch: LocalBatch, *, verify: bool) -> Dispatched:
+        if self.ctx.rank == 0 and batch.num_tokens == 8:
+            raise RuntimeError("simulated kernel failure on rank 0")
+        return super().dispatch(batch, verify=verify)
+
+
+class RefusesSetup(AllGatherReduceScatterCandidate):
+    def setup(self) -> None:
+        raise CandidateUnsupported("this candidate needs a frobnicator, which this host lacks")
