@@ -12,11 +12,13 @@ from typing import Any, Callable, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from hwtune.selector.errors import BackendNotValidError, HwtuneError, NoValidBackendError
 
 #: People-facing output goes to stderr so that ``--json`` leaves stdout to JSON alone.
-console = Console(stderr=True, highlight=False, soft_wrap=True)
+console = Console(stderr=True, highlight=False, soft_wrap=True,
+                  width=None if sys.stderr.isatty() else 160)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,7 +47,7 @@ def guarded(fn: F) -> F:
         except HwtuneError as exc:
             if kwargs.get("json_out"):
                 emit_json(_error_payload(exc))
-            console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+            console.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             console.print("interrupted")

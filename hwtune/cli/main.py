@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from hwtune import __version__
-from hwtune.cli import info, select
+from hwtune.cli import bench, db, info, results, select, tune
 
 app = typer.Typer(
     name="hwtune",
@@ -16,7 +16,12 @@ app = typer.Typer(
 )
 app.command("probe")(info.probe)
 app.command("backends")(info.backends)
+app.command("tune")(tune.tune)
+app.command("show")(results.show)
+app.command("report")(results.report)
 app.add_typer(select.app, name="select")
+app.add_typer(bench.app, name="bench")
+app.add_typer(db.app, name="db")
 
 
 def _version(value: bool) -> None:

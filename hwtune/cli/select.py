@@ -8,12 +8,12 @@ from typing import Optional
 
 import typer
 
+from hwtune.cli import specs as S
 from hwtune.cli.common import AssumeInstalledOpt, DeviceOpt, JsonOpt, console, emit_json, guarded
-from hwtune.selector.errors import InvalidSpecError
-from hwtune.selector.model_config import all2all_spec, attention_spec, load_model_config
+from hwtune.selector.model_config import all2all_spec, load_model_config
 from hwtune.selector.select import select_all2all, select_attention
 from hwtune.selector.selection import Selection
-from hwtune.selector.types import All2AllSpec, AttentionSpec
+from hwtune.selector.types import All2AllSpec
 
 app = typer.Typer(help="Which backend should the engine use? Ranked valid backends, rejected ones with reasons.",
                   no_args_is_help=True)
@@ -29,7 +29,6 @@ class Format(str, Enum):
 BackendOpt = typer.Option(None, "--backend", "-b", help="Ask for this backend; an error if it is not valid here.")
 ExplainOpt = typer.Option(False, "--explain", help="Show every rank's source and every rejection's reasons.")
 FormatOpt = typer.Option(Format.text, "--format", help="text, json, or the engine's flags (vllm, sglang).")
-ModelOpt = typer.Option(None, "--model", "-m", help="Hugging Face config.json (or its folder).")
 
 
 def _print(selection: Selection, json_out: bool, explain: bool, fmt: Format) -> None:
@@ -57,23 +56,22 @@ def _print(selection: Selection, json_out: bool, explain: bool, fmt: Format) -> 
 @app.command("attention")
 @guarded
 def attention(
-    model: Optional[Path] = ModelOpt,
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size: heads are divided as engines divide them."),
-    num_heads: Optional[int] = typer.Option(None, "--num-heads", help="Query heads per rank."),
-    num_kv_heads: Optional[int] = typer.Option(None, "--num-kv-heads", help="KV heads per rank."),
-    head_size: Optional[int] = typer.Option(None, "--head-size"),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="bfloat16 (default) or float16, float32."),
-    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype",
-                                       help="auto, bfloat16, float16, fp8 (e4m3), fp8_e5m2, turboquant_4bit, ..."),
-    block_size: int = typer.Option(16, "--block-size", help="Tokens per KV-cache page."),
-    kv_layout: str = typer.Option("auto", "--kv-layout", help="auto, NHD or HND."),
-    dcp: int = typer.Option(1, "--dcp", help="Decode context parallel size."),
-    pcp: int = typer.Option(1, "--pcp", help="Prefill context parallel size."),
-    spec_tokens: int = typer.Option(0, "--spec-tokens", help="Speculative tokens per decode step."),
-    sinks: bool = typer.Option(False, "--sinks", help="The model uses attention sinks."),
-    sliding_window: Optional[int] = typer.Option(None, "--sliding-window"),
-    soft_cap: Optional[float] = typer.Option(None, "--soft-cap", help="Logits soft-cap."),
-    mla: bool = typer.Option(False, "--mla", help="Multi-head latent attention (DeepSeek); head size 576."),
+    model: Optional[Path] = S.ModelOpt,
+    tp: int = S.TpOpt,
+    num_heads: Optional[int] = S.NumHeadsOpt,
+    num_kv_heads: Optional[int] = S.NumKvHeadsOpt,
+    head_size: Optional[int] = S.HeadSizeOpt,
+    dtype: Optional[str] = S.DtypeOpt,
+    kv_cache_dtype: str = S.KvDtypeOpt,
+    block_size: int = S.BlockSizeOpt,
+    kv_layout: str = S.KvLayoutOpt,
+    dcp: int = S.DcpOpt,
+    pcp: int = S.PcpOpt,
+    spec_tokens: int = S.SpecTokensOpt,
+    sinks: bool = S.SinksOpt,
+    sliding_window: Optional[int] = S.SlidingOpt,
+    soft_cap: Optional[float] = S.SoftCapOpt,
+    mla: bool = S.MlaOpt,
     device: str = DeviceOpt,
     assume_installed: bool = AssumeInstalledOpt,
     backend: Optional[str] = BackendOpt,
@@ -82,27 +80,8 @@ def attention(
     json_out: bool = JsonOpt,
 ) -> None:
     """Select the attention backend for a model (--model) or explicit head counts."""
-    overrides = dict(
-        dtype=dtype, kv_cache_dtype=kv_cache_dtype, block_size=block_size, kv_layout=kv_layout,
-        dcp_size=dcp, pcp_size=pcp, spec_tokens=spec_tokens, sinks=sinks or None,
-        sliding_window=sliding_window, logits_soft_cap=soft_cap,
-    )
-    if model is not None:
-        info = load_model_config(model)
-        spec = attention_spec(info, tp, num_heads=num_heads, num_kv_heads=num_kv_heads, head_size=head_size,
-                              **overrides)
-    else:
-        if mla:
-            num_kv_heads = num_kv_heads or 1
-            head_size = head_size or 576
-        if num_heads is None or num_kv_heads is None or head_size is None:
-            raise InvalidSpecError("give --model config.json, or all of --num-heads, --num-kv-heads and --head-size")
-        if tp != 1:
-            raise InvalidSpecError("--tp applies to --model; with explicit head counts give per-rank counts")
-        fields = {k: v for k, v in overrides.items() if v is not None}
-        if mla:
-            fields.update(use_mla=True, kv_lora_rank=head_size - 64, qk_rope_head_dim=64)
-        spec = AttentionSpec(num_heads=num_heads, num_kv_heads=num_kv_heads, head_size=head_size, **fields)
+    spec = S.build_attention_spec(model, tp, num_heads, num_kv_heads, head_size, dtype, kv_cache_dtype,
+                                  block_size, kv_layout, dcp, pcp, spec_tokens, sinks, sliding_window, soft_cap, mla)
     _print(select_attention(spec, device=device, backend=backend, assume_installed=assume_installed),
            json_out, explain, fmt)
 
@@ -110,7 +89,7 @@ def attention(
 @app.command("all2all")
 @guarded
 def all2all(
-    model: Optional[Path] = ModelOpt,
+    model: Optional[Path] = S.ModelOpt,
     ep_size: int = typer.Option(8, "--ep-size", help="Expert-parallel size."),
     num_experts: Optional[int] = typer.Option(None, "--num-experts"),
     topk: Optional[int] = typer.Option(None, "--topk"),

@@ -185,9 +185,12 @@ def build_problem(
     _poison(kv, unowned, layout)
     k_scale = v_scale = 1.0
     if spec.kv_cache_dtype == "fp8_e4m3":
-        owned = ~unowned
-        k_scale = _owned_absmax(kv[:, 0], owned, layout) / FP8_MAX
-        v_scale = _owned_absmax(kv[:, 1], owned, layout) / FP8_MAX
+        if like is not None:  # scales are per layer and fixed, as in engines (and baked into captured graphs)
+            k_scale, v_scale = like.k_scale, like.v_scale
+        else:
+            owned = ~unowned
+            k_scale = _owned_absmax(kv[:, 0], owned, layout) / FP8_MAX
+            v_scale = _owned_absmax(kv[:, 1], owned, layout) / FP8_MAX
         fp8 = torch.empty(shape, dtype=torch.float8_e4m3fn, device=device)
         fp8[:, 0] = (kv[:, 0].float() / k_scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
         fp8[:, 1] = (kv[:, 1].float() / v_scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)

@@ -25,6 +25,8 @@ class TimingOptions:
     min_reps: int = 20
     max_reps: int = 5000
     warmup: int = 3
+    #: Warm-up lasts at least this long (and ``warmup`` calls), so clocks have ramped before timing.
+    warmup_ms: float = 30.0
     batch: int = 20
     flush_l2: bool = True
     use_graphs: bool = True
@@ -76,8 +78,15 @@ def time_cuda(
     run = graph.replay if graph is not None else fn
     flush = torch.empty(max(2 * l2_bytes, 1 << 20), dtype=torch.uint8, device="cuda") if opts.flush_l2 else None
     cycles = int(opts.lead_us * _clock_mhz())
-    for _ in range(opts.warmup):
+    warm_start = time.perf_counter()
+    n = 0
+    while n < opts.warmup or (time.perf_counter() - warm_start) * 1e3 < opts.warmup_ms:
+        if flush is not None:
+            flush.zero_()
         run()
+        n += 1
+        if n % 8 == 0:
+            torch.cuda.synchronize()
     torch.cuda.synchronize()
     samples: list[float] = []
     started = time.perf_counter()

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Callable, Sequence
+from typing import Any
 
 from hwtune.selector import catalogue
 from hwtune.selector.catalogue import Backend
 from hwtune.selector.device import DeviceProfile, simulated
 from hwtune.selector.errors import BackendNotValidError, NoValidBackendError
+from hwtune.selector.measured import dispatch_table
+from hwtune.selector.measured import rank as measured_rank
 from hwtune.selector.messages import ENV_VARS, no_valid_message, not_valid_message
+from hwtune.selector.mix import MixPoint, all2all_mix, load_mix, workload_mix
 from hwtune.selector.priorities import backend_order, describe_family, tactic_order
 from hwtune.selector.selection import RankedBackend, Selection
 from hwtune.selector.types import All2AllSpec, AttentionSpec, Spec
@@ -56,16 +59,48 @@ def _requested(kind: str, backend: str | None) -> tuple[str | None, str]:
     return None, ""
 
 
-Ranker = Callable[[str, Spec, DeviceProfile, Sequence[RankedBackend]], tuple[list[RankedBackend], list[str]]]
+def _evidence(kind: str, spec: Spec, device: DeviceProfile, db: str | bool | None) -> tuple[Any, list[str]]:
+    """This environment's measurements of ``spec`` from the store (None when no store answers)."""
+    if db is False:
+        return None, ["no measurement store consulted (db=False): static priorities"]
+    from hwtune.db.read import open_for_selection  # imported only when a store is consulted
+    from hwtune.selector.environment import current_environment
+    from hwtune.selector.measured import gather
+
+    store, notes = open_for_selection(db if isinstance(db, str) else None)
+    if store is None:
+        return None, notes
+    try:
+        records = store.measurements(kind, spec_key=spec.key())
+    except Exception as exc:  # a store that answers but fails the query must not block engine start
+        return None, notes + [f"measurement query failed ({type(exc).__name__}); static priorities"]
+    finally:
+        store.close()
+    env = current_environment(device)
+    ev = gather(records, env.hash(), env.fingerprint())
+    if not ev.points and not ev.disqualified:
+        notes.append(f"no measurements of this spec in this environment ({len(records)} stored for it elsewhere)"
+                     if records else "no measurements of this spec stored")
+    return ev, notes
+
+
+def _mix(kind: str, spec: Spec, max_num_seqs: int, max_model_len: int, profile: str) -> list[MixPoint]:
+    if profile.endswith((".json", ".toml")) or "/" in profile:
+        return load_mix(profile)
+    if kind == "all2all":
+        return all2all_mix(max_num_seqs, profile)
+    assert isinstance(spec, AttentionSpec)
+    return workload_mix(max_num_seqs, max_model_len, profile, spec.query_len_decode)
 
 
 def _select(
     kind: str, spec: Spec, device: DeviceProfile, requested: str | None, how: str, assume_installed: bool,
-    ranker: Ranker | None = None,
+    db: str | bool | None = False, max_num_seqs: int = 256, max_model_len: int = 32768, profile: str = "balanced",
 ) -> Selection:
     mla = isinstance(spec, AttentionSpec) and spec.use_mla
     declared = catalogue.backends(kind)
     requested_backend = catalogue.get(kind, requested) if requested else None  # unknown name: exit 2
+    mix = _mix(kind, spec, max_num_seqs, max_model_len, profile)  # bad profile: exit 2 before any I/O
 
     rejections: dict[str, list[Rejection]] = {}
     valid: list[Backend] = []
@@ -75,6 +110,13 @@ def _select(
             rejections[b.name] = reasons
         else:
             valid.append(b)
+
+    evidence, notes = _evidence(kind, spec, device, db)
+    if evidence is not None:  # measured facts: a crash or a wrong answer here rejects the backend
+        for name, facts in evidence.disqualified.items():
+            if any(b.name == name for b in valid):
+                rejections[name] = [Rejection("measured", f) for f in facts[:3]]
+                valid = [b for b in valid if b.name != name]
 
     order = list(backend_order(kind, mla, device.family))
     position = {name: i for i, name in enumerate(order)}
@@ -87,13 +129,12 @@ def _select(
         )
         for b in valid
     ]
-    notes: list[str] = []
-    if ranker is not None:
-        ranked, ranker_notes = ranker(kind, spec, device, static)
-        notes += ranker_notes
-    else:
-        ranked = static
-        notes.append(f"no measurement store consulted: static priorities for {describe_family(device.family)}")
+    ranked, per_phase, dispatch = static, {}, ()
+    if evidence is not None:
+        notes = notes + evidence.notes
+        ranked, per_phase = measured_rank(static, evidence, mix)
+    if not any(r.source != "static" for r in ranked):
+        notes.append(f"static priorities for {describe_family(device.family)}")
 
     if requested_backend is not None:
         if requested_backend.name in rejections:
@@ -112,6 +153,8 @@ def _select(
         )
     else:
         chosen = ranked[0]
+    if evidence is not None and chosen.source != "static":
+        dispatch = dispatch_table(evidence, chosen.backend)
 
     return Selection(
         kind=kind,
@@ -123,33 +166,46 @@ def _select(
         rejected={name: tuple(r.message for r in rs) for name, rs in rejections.items()},
         requested=requested_backend.name if requested_backend else None,
         notes=tuple(notes),
+        per_phase=per_phase,
+        dispatch=dispatch,
     )
 
 
 @functools.lru_cache(maxsize=1024)
 def _cached(kind: str, spec: Spec, device: DeviceProfile, requested: str | None, how: str,
-            assume_installed: bool) -> Selection:
-    return _select(kind, spec, device, requested, how, assume_installed)
+            assume_installed: bool, db: str | bool | None, max_num_seqs: int, max_model_len: int,
+            profile: str) -> Selection:
+    return _select(kind, spec, device, requested, how, assume_installed, db, max_num_seqs, max_model_len, profile)
 
 
 def select_attention(
     spec: AttentionSpec, device: DeviceArg = "auto", backend: str | None = None, *,
-    assume_installed: bool = False,
+    assume_installed: bool = False, db: str | bool | None = None, max_num_seqs: int = 256,
+    max_model_len: int = 32768, profile: str = "balanced",
 ) -> Selection:
-    """Rank the valid attention backends for ``spec`` on ``device``; honour ``backend`` (or
-    ``HWTUNE_ATTENTION_BACKEND``) when valid, raise ``BackendNotValidError`` when not."""
+    """Rank the valid attention backends for ``spec`` on ``device``.
+
+    Ranking uses this environment's measurements from the store (``db``: a URL; None: HWTUNE_DATABASE_URL or
+    the local store; False: none) over the engine's workload mix (``max_num_seqs``, ``max_model_len`` and a
+    ``profile``: decode-heavy, balanced, prefill-heavy, or a weights file), and falls back to static
+    priorities. ``backend`` (or HWTUNE_ATTENTION_BACKEND) is honoured when valid; when not,
+    ``BackendNotValidError`` says why. Warm calls with the same arguments are served from a cache.
+    """
     if not isinstance(spec, AttentionSpec):
         raise TypeError("select_attention needs an AttentionSpec")
     requested, how = _requested("attention", backend)
-    return _cached("attention", spec, resolve_device(device), requested, how, assume_installed)
+    return _cached("attention", spec, resolve_device(device), requested, how, assume_installed, db,
+                   max_num_seqs, max_model_len, profile)
 
 
 def select_all2all(
     spec: All2AllSpec, device: DeviceArg = "auto", backend: str | None = None, *,
-    assume_installed: bool = False,
+    assume_installed: bool = False, db: str | bool | None = None, max_num_seqs: int = 256,
+    profile: str = "balanced",
 ) -> Selection:
     """Rank the valid MoE all2all backends for ``spec`` on ``device`` (see select_attention)."""
     if not isinstance(spec, All2AllSpec):
         raise TypeError("select_all2all needs an All2AllSpec")
     requested, how = _requested("all2all", backend)
-    return _cached("all2all", spec, resolve_device(device), requested, how, assume_installed)
+    return _cached("all2all", spec, resolve_device(device), requested, how, assume_installed, db,
+                   max_num_seqs, 0, profile)

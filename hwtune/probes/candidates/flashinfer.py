@@ -52,12 +52,14 @@ class FlashInferRunner(Runner):
             raise Unsupported(f"FlashInfer tactic {tactic} has no path for {workload.phase} with "
                               f"{spec.query_len_decode} query tokens per request")
         self.supports_graphs = self.mode in ("decode", "xqa")
-        self.returns_lse = self.mode == "decode" or (self.mode == "prefill" and tactic != "cudnn")
+        self.returns_lse = self.mode in ("decode", "prefill")
         self.wrapper: Any = None
         self.problem: AttentionProblem | None = None
 
     def lse_natural(self) -> torch.Tensor | None:
-        return None if self.lse is None else self.lse * LN2
+        if self.lse is None:
+            return None
+        return self.lse if self.tactic == "cudnn" else self.lse * LN2  # cuDNN's LSE is natural-log already
 
     def _window(self, p: AttentionProblem) -> int:
         return -1 if p.spec.sliding_window is None else p.spec.sliding_window - 1
@@ -113,10 +115,8 @@ class FlashInferRunner(Runner):
                 bmm1_scale=p.softmax_scale * p.k_scale, bmm2_scale=p.v_scale, window_left=self._window(p),
                 out=self.out, kv_layout=p.layout, backend="xqa",
             )
-        elif self.returns_lse:
-            self.wrapper.run(p.q, p.kv_cache, out=self.out, lse=self.lse, return_lse=True, **scales)
         else:
-            self.wrapper.run(p.q, p.kv_cache, out=self.out, **scales)
+            self.wrapper.run(p.q, p.kv_cache, out=self.out, lse=self.lse, return_lse=True, **scales)
 
 
 class FlashInferCandidate(Candidate):

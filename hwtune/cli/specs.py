@@ -1,0 +1,59 @@
+"""Options that describe an attention spec, shared by `select attention`, `bench attention` and `tune`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from hwtune.selector.errors import InvalidSpecError
+from hwtune.selector.model_config import attention_spec, load_model_config
+from hwtune.selector.types import AttentionSpec
+
+ModelOpt = typer.Option(None, "--model", "-m", help="Hugging Face config.json (or its folder).")
+TpOpt = typer.Option(1, "--tp", help="Tensor-parallel size: heads are divided as engines divide them.")
+NumHeadsOpt = typer.Option(None, "--num-heads", help="Query heads per rank.")
+NumKvHeadsOpt = typer.Option(None, "--num-kv-heads", help="KV heads per rank.")
+HeadSizeOpt = typer.Option(None, "--head-size")
+DtypeOpt = typer.Option(None, "--dtype", help="bfloat16 (default) or float16, float32.")
+KvDtypeOpt = typer.Option("auto", "--kv-cache-dtype",
+                          help="auto, bfloat16, float16, fp8 (e4m3), fp8_e5m2, turboquant_4bit, turboquant_8bit.")
+BlockSizeOpt = typer.Option(16, "--block-size", help="Tokens per KV-cache page.")
+KvLayoutOpt = typer.Option("auto", "--kv-layout", help="auto, NHD or HND.")
+DcpOpt = typer.Option(1, "--dcp", help="Decode context parallel size.")
+PcpOpt = typer.Option(1, "--pcp", help="Prefill context parallel size.")
+SpecTokensOpt = typer.Option(0, "--spec-tokens", help="Speculative tokens per decode step.")
+SinksOpt = typer.Option(False, "--sinks", help="The model uses attention sinks.")
+SlidingOpt = typer.Option(None, "--sliding-window")
+SoftCapOpt = typer.Option(None, "--soft-cap", help="Logits soft-cap.")
+MlaOpt = typer.Option(False, "--mla", help="Multi-head latent attention (DeepSeek); head size 576.")
+
+
+def build_attention_spec(
+    model: Optional[Path], tp: int, num_heads: Optional[int], num_kv_heads: Optional[int],
+    head_size: Optional[int], dtype: Optional[str], kv_cache_dtype: str, block_size: int, kv_layout: str,
+    dcp: int, pcp: int, spec_tokens: int, sinks: bool, sliding_window: Optional[int],
+    soft_cap: Optional[float], mla: bool,
+) -> AttentionSpec:
+    """The per-rank spec from --model (and --tp) or from explicit head counts; overrides win."""
+    overrides: dict[str, Any] = dict(
+        dtype=dtype, kv_cache_dtype=kv_cache_dtype, block_size=block_size, kv_layout=kv_layout,
+        dcp_size=dcp, pcp_size=pcp, spec_tokens=spec_tokens, sinks=sinks or None,
+        sliding_window=sliding_window, logits_soft_cap=soft_cap,
+    )
+    if model is not None:
+        info = load_model_config(model)
+        return attention_spec(info, tp, num_heads=num_heads, num_kv_heads=num_kv_heads, head_size=head_size,
+                              **overrides)
+    if mla:
+        num_kv_heads = num_kv_heads or 1
+        head_size = head_size or 576
+    if num_heads is None or num_kv_heads is None or head_size is None:
+        raise InvalidSpecError("give --model config.json, or all of --num-heads, --num-kv-heads and --head-size")
+    if tp != 1:
+        raise InvalidSpecError("--tp applies to --model; with explicit head counts give per-rank counts")
+    fields = {k: v for k, v in overrides.items() if v is not None}
+    if mla:
+        fields.update(use_mla=True, kv_lora_rank=head_size - 64, qk_rope_head_dim=64)
+    return AttentionSpec(num_heads=num_heads, num_kv_heads=num_kv_heads, head_size=head_size, **fields)

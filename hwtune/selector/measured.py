@@ -1,0 +1,219 @@
+"""Ranking from measurements: cost of each backend over the engine's workload mix.
+
+Only measurements from this environment (same fingerprint hash) count; the others are listed in the notes
+with what differs ("measured with flashinfer 0.6.11; installed is 0.6.18"). Across hosts a shape's latency
+is the median of the hosts' medians, so one faulty or hostile host cannot flip the choice when two others
+agree. A backend that crashed or gave a wrong answer for this spec here is rejected with that evidence.
+
+For each mix point a backend's latency is its best tactic's: measured at that exact shape, or interpolated
+from measured neighbours of the same phase by a local log-linear fit in (log batch, log context). Backends
+measured for every mix point are ranked by weighted cost, ahead of the rest (static order).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from hwtune.selector.environment import differences
+from hwtune.selector.mix import MixPoint
+from hwtune.selector.records import DISQUALIFYING, MeasurementRecord
+from hwtune.selector.selection import DispatchEntry, RankedBackend
+
+NEIGHBOURS = 4
+
+
+@dataclass(frozen=True)
+class Point:
+    batch: int
+    context: int
+    query_len: int
+    latency_us: float
+    hosts: int
+
+
+@dataclass
+class Evidence:
+    """This environment's usable measurements of one spec, aggregated."""
+
+    points: dict[tuple[str, str, str], list[Point]] = field(default_factory=dict)  # (backend, tactic, phase)
+    disqualified: dict[str, list[str]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def backends(self) -> set[str]:
+        return {b for b, _, _ in self.points}
+
+
+def _shape(rec: MeasurementRecord) -> tuple[str, int, int, int] | None:
+    w = rec.workload
+    if rec.kind == "all2all":  # tokens per rank plays the role of the batch; no context axis
+        return "dispatch_combine", int(w["tokens_per_rank"]), 1, 1
+    if w.get("phase") not in ("decode", "prefill") or w.get("context_lens"):
+        return None  # mixed batches and ragged lengths are measured, but are not mix points
+    return str(w["phase"]), int(w["batch"]), int(w["context_len"]), int(w.get("query_len", 1))
+
+
+def gather(records: Iterable[MeasurementRecord], env_hash: str, fingerprint: Mapping) -> Evidence:
+    ev = Evidence()
+    per_host: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    foreign: dict[str, tuple[int, Mapping]] = {}
+    for rec in records:
+        if rec.environment_hash != env_hash:
+            n, fp = foreign.get(rec.environment_hash, (0, rec.environment))
+            foreign[rec.environment_hash] = (n + 1, fp)
+            continue
+        if rec.status in DISQUALIFYING:
+            shape = _shape(rec)
+            where = f"{shape[0]} batch {shape[1]} x {shape[2]}" if shape else "a measured workload"
+            ev.disqualified.setdefault(rec.backend, []).append(
+                f"{rec.backend} tactic {rec.tactic} {'crashed' if rec.status == 'crashed' else 'gave a wrong answer'}"
+                f" on {where} in this environment (host {rec.host}, {rec.created_at:%Y-%m-%d}): "
+                f"{rec.message.splitlines()[0] if rec.message else rec.status}"
+            )
+            continue
+        if rec.status != "ok" or rec.stats is None:
+            continue
+        shape = _shape(rec)
+        if shape is not None:
+            per_host[(rec.backend, rec.tactic, *shape)][rec.host].append(rec.stats.median_us)
+    for (backend, tactic, phase, b, c, q), hosts in per_host.items():
+        host_medians = [statistics.median(v) for v in hosts.values()]
+        ev.points.setdefault((backend, tactic, phase), []).append(
+            Point(b, c, q, statistics.median(host_medians), len(host_medians)))
+    for n, fp in foreign.values():
+        why = "; ".join(differences(fp, fingerprint)[:3]) or "a different environment"
+        ev.notes.append(f"ignored {n} measurement(s) from another environment: {why}")
+    return ev
+
+
+def _log(x: float) -> float:
+    return math.log2(max(x, 1e-9))
+
+
+def estimate(points: Sequence[Point], mp: MixPoint) -> tuple[float, bool, float] | None:
+    """(latency_us, exact, confidence) at ``mp`` from one tactic's points of the same phase."""
+    same_q = [p for p in points if p.query_len == mp.query_len] or list(points)
+    if not same_q:
+        return None
+    for p in same_q:
+        if p.batch == mp.batch and p.context == mp.context:
+            return p.latency_us, True, 1.0
+    x, y = _log(mp.batch), _log(mp.context)
+    near = sorted(same_q, key=lambda p: (_log(p.batch) - x) ** 2 + (_log(p.context) - y) ** 2)[:NEIGHBOURS]
+    d0 = math.sqrt((_log(near[0].batch) - x) ** 2 + (_log(near[0].context) - y) ** 2)
+    conf = 1.0 / (1.0 + d0 / 2)
+    rows = [(1.0, _log(p.batch), _log(p.context)) for p in near]
+    target = [_log(p.latency_us) for p in near]
+    coef = _least_squares(rows, target)
+    if coef is None:  # too few or collinear neighbours: distance-weighted mean of log latency
+        wsum = sum(1 / (1e-6 + (_log(p.batch) - x) ** 2 + (_log(p.context) - y) ** 2) for p in near)
+        val = sum(t / (1e-6 + (_log(p.batch) - x) ** 2 + (_log(p.context) - y) ** 2)
+                  for p, t in zip(near, target)) / wsum
+    else:
+        val = coef[0] + coef[1] * x + coef[2] * y
+        lo, hi = min(target), max(target)
+        spread = max(1.0, hi - lo)
+        val = min(max(val, lo - spread), hi + spread)  # no wild extrapolation
+    return 2.0 ** val, False, conf
+
+
+def _least_squares(rows: list[tuple[float, float, float]], y: list[float]) -> list[float] | None:
+    """Solve the 3x3 normal equations; None when degenerate (a column constant or too few points)."""
+    if len(rows) < 3:
+        return None
+    cols = [c for c in range(3) if c == 0 or len({r[c] for r in rows}) > 1]
+    a = [[sum(r[i] * r[j] for r in rows) for j in cols] for i in cols]
+    b = [sum(r[i] * t for r, t in zip(rows, y)) for i in cols]
+    n = len(cols)
+    for i in range(n):  # Gauss-Jordan with partial pivoting
+        piv = max(range(i, n), key=lambda k: abs(a[k][i]))
+        if abs(a[piv][i]) < 1e-9:
+            return None
+        a[i], a[piv], b[i], b[piv] = a[piv], a[i], b[piv], b[i]
+        for k in range(n):
+            if k != i:
+                f = a[k][i] / a[i][i]
+                a[k] = [ak - f * ai for ak, ai in zip(a[k], a[i])]
+                b[k] -= f * b[i]
+    sol = [b[i] / a[i][i] for i in range(n)]
+    full = [0.0, 0.0, 0.0]
+    for c, v in zip(cols, sol):
+        full[c] = v
+    return full
+
+
+@dataclass
+class Costed:
+    backend: str
+    cost_us: float  # weighted latency over the mix
+    exact: bool
+    confidence: float
+    tactics: dict[str, str]  # tactic with the most weight per phase
+    phase_cost: dict[str, float]
+
+
+def cost_backend(ev: Evidence, backend: str, mix: Sequence[MixPoint]) -> Costed | None:
+    """Weighted cost over the mix with the best tactic per point; None if some phase is unmeasured."""
+    total, conf_w, exact = 0.0, 0.0, True
+    weight_by_tactic: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    phase_cost: dict[str, float] = defaultdict(float)
+    tactics = {t for (b, t, _p) in ev.points if b == backend}
+    for mp in mix:
+        best = None
+        for t in tactics:
+            pts = ev.points.get((backend, t, mp.phase))
+            est = estimate(pts, mp) if pts else None
+            if est is not None and (best is None or est[0] < best[1][0]):
+                best = (t, est)
+        if best is None:
+            return None
+        t, (lat, is_exact, conf) = best
+        total += mp.weight * lat
+        phase_cost[mp.phase] += mp.weight * lat
+        conf_w += mp.weight * conf
+        exact &= is_exact
+        weight_by_tactic[mp.phase][t] += mp.weight
+    wsum = sum(mp.weight for mp in mix) or 1.0
+    main = {ph: max(ws, key=ws.get) for ph, ws in weight_by_tactic.items()}  # type: ignore[arg-type]
+    return Costed(backend, total, exact, conf_w / wsum, main, dict(phase_cost))
+
+
+def dispatch_table(ev: Evidence, backend: str) -> tuple[DispatchEntry, ...]:
+    """Best measured tactic per measured shape of ``backend``, as buckets sorted for ``lookup``."""
+    best: dict[tuple[str, int, int], tuple[float, str]] = {}
+    for (b, t, phase), pts in ev.points.items():
+        if b != backend:
+            continue
+        for p in pts:
+            key = (phase, p.batch, p.context)
+            if key not in best or p.latency_us < best[key][0]:
+                best[key] = (p.latency_us, t)
+    return tuple(
+        DispatchEntry(phase=ph, batch_max=bm, context_max=cm, tactic=t, latency_us=lat, source="measured")
+        for (ph, bm, cm), (lat, t) in sorted(best.items())
+    )
+
+
+def rank(static: Sequence[RankedBackend], ev: Evidence, mix: Sequence[MixPoint]) -> tuple[list[RankedBackend], dict[str, str]]:
+    """Measured backends by cost (cheapest first), then the rest in static order; and the per-phase winners."""
+    costed = {r.backend: c for r in static if (c := cost_backend(ev, r.backend, mix)) is not None}
+    measured = sorted(costed.values(), key=lambda c: c.cost_us)
+    ranked = [
+        RankedBackend(
+            backend=c.backend, source="measured" if c.exact else "interpolated",
+            tactics={**next(r.tactics for r in static if r.backend == c.backend), **c.tactics},
+            latency_us=c.cost_us, confidence=round(c.confidence, 3),
+            detail=f"weighted cost over {len(mix)} workload shapes",
+        )
+        for c in measured
+    ]
+    ranked += [r for r in static if r.backend not in costed]
+    per_phase: dict[str, str] = {}
+    for phase in sorted({mp.phase for mp in mix}):
+        cands = [(c.phase_cost.get(phase, math.inf), c.backend) for c in measured if phase in c.phase_cost]
+        if cands:
+            per_phase[phase] = min(cands)[1]
+    return ranked, per_phase

@@ -1,0 +1,274 @@
+"""Tuning plans: which workloads to measure, from a model (as an engine would start it), a TOML file, or
+defaults.
+
+A plan is a list of workloads, each with a ``level``: level 0 is the coarse grid (measured first, so that a
+budget-limited run still covers the whole space), level 1 the refinement points between coarse neighbours
+(measured only where the winner changes between them, see ``tuner.schedule``). Workloads whose KV cache would
+not fit in a fraction of the device's memory are dropped at planning time, with a note.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from hwtune.selector.device import DeviceProfile
+from hwtune.selector.errors import InvalidSpecError
+from hwtune.selector.model_config import ModelInfo, all2all_spec, attention_spec, load_model_config
+from hwtune.selector.types import All2AllSpec, All2AllWorkload, AttentionSpec, AttentionWorkload, Workload
+
+#: Fraction of device memory a planned workload's KV cache (plus the reference's copies) may take.
+MEMORY_FRACTION = 0.35
+
+# Grids. Coarse points come first; refinement points sit between them (log-spaced).
+DECODE_BATCH = {"coarse": (1, 16, 256), "refine": (4, 64, 512)}
+DECODE_CONTEXT = {"coarse": (512, 8192, 131072), "refine": (2048, 32768)}
+PREFILL_CHUNK = {"coarse": (512, 8192), "refine": (2048,)}
+PREFILL_PREFIX = {"coarse": (0, 32768), "refine": (8192,)}
+A2A_TOKENS = {"coarse": (1, 64, 1024, 8192), "refine": (8, 256, 4096)}
+QUICK_DECODE_BATCH, QUICK_DECODE_CONTEXT = (1, 64), (2048, 32768)
+# CPU-only machines run the CPU candidates (SDPA math, compiled flex): small shapes keep a plan to minutes.
+CPU_DECODE_BATCH = {"coarse": (1, 8), "refine": (4,)}
+CPU_DECODE_CONTEXT = {"coarse": (128, 1024), "refine": (512,)}
+CPU_PREFILL_CHUNK, CPU_PREFILL_PREFIX = {"coarse": (64,), "refine": ()}, {"coarse": (0, 256), "refine": ()}
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    workload: Workload
+    level: int = 0
+    backends: tuple[str, ...] | None = None  # None: every valid backend
+
+    @property
+    def kind(self) -> str:
+        return self.workload.kind
+
+    @property
+    def key(self) -> str:
+        return self.workload.key()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "workload": self.workload.to_dict(), "level": self.level,
+                "backends": list(self.backends) if self.backends else None}
+
+
+@dataclass
+class Plan:
+    name: str
+    items: list[PlanItem]
+    notes: list[str] = field(default_factory=list)
+    time_cap_s: float = 2.0
+
+    def digest(self) -> str:
+        """Stable identity of the plan's content: resuming and sharing a plan across nodes key on it."""
+        payload = json.dumps([i.to_dict() for i in self.items], sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:24]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "digest": self.digest(), "notes": self.notes, "time_cap_s": self.time_cap_s,
+                "items": [i.to_dict() for i in self.items]}
+
+
+def _kv_fits(workload: AttentionWorkload, device: DeviceProfile | None) -> bool:
+    if device is None or not device.memory_bytes:
+        return True
+    spec = workload.spec
+    per_token = 2 * spec.num_kv_heads * spec.head_size * (1 if spec.kv_cache_dtype.startswith("fp8") else 2)
+    tokens = (sum(workload.context_lens) if workload.context_lens else workload.batch * workload.context_len)
+    # the cache, a second batch written in place, and the reference's float32 gathers of one request
+    return 3 * per_token * tokens <= MEMORY_FRACTION * device.memory_bytes
+
+
+def attention_items(
+    spec: AttentionSpec, *, max_num_seqs: int = 256, max_model_len: int = 131072, quick: bool = False,
+    device: DeviceProfile | None = None, notes: list[str] | None = None,
+    decode: Mapping[str, Iterable[int]] | None = None, context: Mapping[str, Iterable[int]] | None = None,
+) -> list[PlanItem]:
+    """Decode grid (batch x context), prefill chunks on cached prefixes, and a mixed batch."""
+    notes = notes if notes is not None else []
+    items: list[PlanItem] = []
+    qd = spec.query_len_decode
+
+    def add(w: AttentionWorkload, level: int) -> None:
+        if _kv_fits(w, device):
+            items.append(PlanItem(w, level))
+        else:
+            notes.append(f"skipped {w.phase} batch {w.batch} x {w.context_len} tokens: its KV cache does not fit "
+                         f"in {MEMORY_FRACTION:.0%} of {device.describe() if device else 'the device'}")
+
+    cpu = device is not None and not device.is_cuda
+    batches = decode or (CPU_DECODE_BATCH if cpu else
+                         {"coarse": QUICK_DECODE_BATCH, "refine": ()} if quick else DECODE_BATCH)
+    contexts = context or (CPU_DECODE_CONTEXT if cpu else
+                           {"coarse": QUICK_DECODE_CONTEXT, "refine": ()} if quick else DECODE_CONTEXT)
+    for level, bkey in ((0, "coarse"), (1, "refine")):
+        for b in batches.get(bkey, ()):
+            for ckey in ("coarse", "refine"):
+                for c in contexts.get(ckey, ()):
+                    lvl = max(level, 0 if ckey == "coarse" else 1)
+                    if b <= max_num_seqs and qd <= c <= max_model_len:
+                        add(AttentionWorkload(spec, "decode", batch=b, context_len=c, query_len=qd), lvl)
+    chunks = CPU_PREFILL_CHUNK if cpu else ({"coarse": (2048,), "refine": ()} if quick else PREFILL_CHUNK)
+    prefixes = CPU_PREFILL_PREFIX if cpu else ({"coarse": (0,), "refine": ()} if quick else PREFILL_PREFIX)
+    for ckey in ("coarse", "refine"):
+        for chunk in chunks.get(ckey, ()):
+            for pkey in ("coarse", "refine"):
+                for prefix in prefixes.get(pkey, ()):
+                    total = chunk + prefix
+                    if total <= max_model_len:
+                        lvl = 0 if (ckey, pkey) == ("coarse", "coarse") else 1
+                        add(AttentionWorkload(spec, "prefill", batch=1, context_len=total, query_len=chunk), lvl)
+    if not quick and max_num_seqs >= 2:  # the layout engines run: decodes with one prefill chunk in the batch
+        b, ctx, chunk = (4, 256, 64) if cpu else (min(32, max_num_seqs), 4096, 1024)
+        add(AttentionWorkload(spec, "mixed", batch=b, context_len=min(ctx, max_model_len),
+                              query_len=min(chunk, max_model_len), num_prefill=1), 0)
+    return items
+
+
+def all2all_items(spec: All2AllSpec, *, quick: bool = False, max_tokens: int = 8192,
+                  tokens: Mapping[str, Iterable[int]] | None = None) -> list[PlanItem]:
+    grid = tokens or ({"coarse": (16, 1024), "refine": ()} if quick else A2A_TOKENS)
+    return [
+        PlanItem(All2AllWorkload(spec, tokens_per_rank=t), 0 if key == "coarse" else 1)
+        for key in ("coarse", "refine") for t in grid.get(key, ()) if t <= max_tokens
+    ]
+
+
+def plan_from_model(
+    model: ModelInfo | str | Path, *, tp: int = 1, ep: int | None = None, max_num_seqs: int = 256,
+    max_model_len: int | None = None, kinds: Iterable[str] = ("attention", "all2all"), quick: bool = False,
+    device: DeviceProfile | None = None, attention_overrides: Mapping[str, Any] | None = None,
+    quant_dtypes: Iterable[str] = ("bf16", "fp8"),
+) -> Plan:
+    info = model if isinstance(model, ModelInfo) else load_model_config(model)
+    kinds = set(kinds)
+    notes: list[str] = []
+    items: list[PlanItem] = []
+    if "attention" in kinds:
+        spec = attention_spec(info, tp, **dict(attention_overrides or {}))
+        mml = max_model_len or info.max_position_embeddings or 131072
+        items += attention_items(spec, max_num_seqs=max_num_seqs, max_model_len=mml, quick=quick, device=device,
+                                 notes=notes)
+    if "all2all" in kinds:
+        if not info.is_moe:
+            notes.append(f"{info.model_type} is not a MoE model: no all2all workloads")
+        elif not ep or ep < 2:
+            notes.append("all2all needs --ep 2 or more: no all2all workloads")
+        else:
+            for q in quant_dtypes:
+                items += all2all_items(all2all_spec(info, ep, quant_dtype=q), quick=quick)
+    name = f"{info.model_type} tp{tp}" + (f" ep{ep}" if ep else "") + (" quick" if quick else "")
+    return Plan(name=name, items=items, notes=notes, time_cap_s=1.0 if quick else 2.0)
+
+
+# Llama-3.1-8B's attention (32 query / 8 KV heads, head size 128, bf16), the default when no model is given.
+DEFAULT_SPEC = AttentionSpec(num_heads=32, num_kv_heads=8, head_size=128)
+
+
+def default_plan(*, quick: bool = False, device: DeviceProfile | None = None,
+                 kinds: Iterable[str] = ("attention",)) -> Plan:
+    notes: list[str] = ["no --model or --plan: default plan for a Llama-3.1-8B-shaped model (32/8 heads, head 128)"]
+    items = attention_items(DEFAULT_SPEC, quick=quick, device=device, notes=notes) if "attention" in kinds else []
+    if "all2all" in kinds:
+        items += all2all_items(All2AllSpec(ep_size=2, num_experts=64, topk=8, hidden_size=4096), quick=quick)
+    return Plan(name="default" + (" quick" if quick else ""), items=items, notes=notes,
+                time_cap_s=1.0 if quick else 2.0)
+
+
+def _ints(value: Any, what: str, minimum: int = 1) -> tuple[int, ...]:
+    vals = value if isinstance(value, list) else [value]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in vals):
+        raise InvalidSpecError(f"plan file: {what} must be integers >= {minimum}, got {value!r}")
+    return tuple(vals)
+
+
+_PLAN_KEYS = {"name", "time_cap_s", "model", "attention", "all2all"}
+
+
+def plan_from_toml(path: str | Path, *, device: DeviceProfile | None = None) -> Plan:
+    """Read a TOML plan (format in docs/tuning.md; example in examples/plan.toml)."""
+    p = Path(path)
+    try:
+        doc = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise InvalidSpecError(f"no plan file at {p}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidSpecError(f"{p} is not valid TOML: {exc}") from None
+    unknown = set(doc) - _PLAN_KEYS
+    if unknown:
+        raise InvalidSpecError(f"plan file {p}: unknown sections {', '.join(sorted(unknown))}; "
+                               f"known: {', '.join(sorted(_PLAN_KEYS))}")
+    model = doc.get("model", {})
+    info = load_model_config(p.parent / model["config"]) if "config" in model else None
+    tp = int(model.get("tp", 1))
+    notes: list[str] = []
+    items: list[PlanItem] = []
+    tables = doc.get("attention", [])
+    for table in (tables if isinstance(tables, list) else [tables]):
+        items += _attention_table(dict(table), info, tp, p)
+    fitting = [i for i in items if _kv_fits(i.workload, device)]  # type: ignore[arg-type]
+    notes += [f"skipped {i.workload.phase} batch {i.workload.batch} x {i.workload.context_len} tokens: its "  # type: ignore[union-attr]
+              "KV cache does not fit in memory" for i in items if i not in fitting]
+    items = fitting
+    if "all2all" in doc:
+        a = dict(doc["all2all"])
+        backends = tuple(a.pop("backends", ())) or None
+        tokens = _ints(a.pop("tokens_per_rank", [1, 64, 1024, 8192]), "all2all.tokens_per_rank")
+        quants = a.pop("quant_dtype", "bf16")
+        for q in (quants if isinstance(quants, list) else [quants]):
+            spec2 = all2all_spec(info, **{**a, "quant_dtype": q}) if info is not None and info.is_moe else \
+                All2AllSpec(**{**a, "quant_dtype": q})
+            items += [PlanItem(All2AllWorkload(spec2, t), 0, backends) for t in tokens]
+    if not items:
+        raise InvalidSpecError(f"plan file {p} plans no workloads: give [attention] grids or [all2all]")
+    return Plan(name=str(doc.get("name", p.stem)), items=items, notes=notes,
+                time_cap_s=float(doc.get("time_cap_s", 2.0)))
+
+
+def _ragged(batch: int, context: int, seed: int) -> tuple[int, ...]:
+    """Mixed context lengths: uniform in [context/4, context], deterministic per (batch, context, seed)."""
+    import random
+
+    rng = random.Random(hash((batch, context, seed)) & 0xFFFFFFFF)
+    return tuple(rng.randint(max(1, context // 4), context) for _ in range(batch))
+
+
+def _attention_table(a: dict[str, Any], info: ModelInfo | None, tp: int, p: Path) -> list[PlanItem]:
+    """One [[attention]] table: a spec (model + overrides, or explicit heads) and its grids."""
+    backends = tuple(a.pop("backends", ())) or None
+    grids = {k: a.pop(k) for k in ("decode", "prefill", "mixed") if k in a}
+    try:
+        spec = attention_spec(info, tp, **a) if info is not None else AttentionSpec(**a)
+    except TypeError as exc:
+        raise InvalidSpecError(f"plan file {p}: [attention] {exc}") from None
+    items: list[PlanItem] = []
+
+    def own(d: Mapping[str, Any]) -> tuple[str, ...] | None:
+        return tuple(d["backends"]) if "backends" in d else backends
+
+    for d in grids.get("decode", []):
+        for b in _ints(d.get("batch", 1), "decode.batch"):
+            for c in _ints(d.get("context", 4096), "decode.context"):
+                lens = _ragged(b, c, int(d.get("seed", 0))) if d.get("ragged") else None
+                items.append(PlanItem(AttentionWorkload(spec, "decode", b, c, query_len=spec.query_len_decode,
+                                                        context_lens=lens), int(d.get("level", 0)), own(d)))
+    for d in grids.get("prefill", []):
+        for chunk in _ints(d.get("chunk", 2048), "prefill.chunk"):
+            for prefix in _ints(d.get("prefix", 0), "prefill.prefix", minimum=0):
+                items.append(PlanItem(AttentionWorkload(spec, "prefill", int(d.get("batch", 1)), chunk + prefix,
+                                                        query_len=chunk), int(d.get("level", 0)), own(d)))
+    for d in grids.get("mixed", []):
+        items.append(PlanItem(AttentionWorkload(spec, "mixed", int(d["batch"]), int(d["context"]),
+                                                query_len=int(d.get("chunk", 512)),
+                                                num_prefill=int(d.get("num_prefill", 1))),
+                              int(d.get("level", 0)), own(d)))
+    return items
+
+
+def log_distance(a: int, b: int) -> float:
+    return abs(math.log2(max(a, 1)) - math.log2(max(b, 1)))

@@ -1,0 +1,261 @@
+"""``hwtune tune``: measure a plan's workloads on this node and store every result as soon as it exists.
+
+The plan's items go through the store's work queue, keyed by the plan's digest and the environment
+fingerprint, so that (a) a run stopped at any point (Ctrl-C, SIGKILL, node loss) continues with
+``--resume`` without repeating finished work, and (b) several nodes with the same fingerprint that run the
+same plan against one PostgreSQL store share it: each claims items under a lease kept alive by a heartbeat,
+and a dead node's items are reclaimed when its lease runs out. Within an item, candidates already stored
+for this plan are skipped, so a reclaimed item adds no duplicate rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from hwtune.probes.measure import measure_attention, plan_candidates
+from hwtune.probes.timing import TimingOptions
+from hwtune.probes.worker import WorkerPool
+from hwtune.selector.device import CPU_PROFILE, DeviceProfile
+from hwtune.selector.environment import Environment, current_environment
+from hwtune.selector.errors import InvalidSpecError
+from hwtune.selector.records import MeasurementRecord
+from hwtune.selector.types import All2AllWorkload, AttentionWorkload, workload_from_dict
+from hwtune.tuner.plan import Plan, PlanItem
+from hwtune.tuner.schedule import order_refinements
+
+
+@dataclass
+class TuneOptions:
+    backends: tuple[str, ...] | None = None
+    budget_s: float | None = None
+    time_cap_s: float | None = None  # None: the plan's
+    timeout_s: float = 600.0
+    resume: bool = False
+    fresh: bool = False
+    device: str = "auto"  # auto | cuda | cpu
+    lease_s: float = 120.0
+    warmup: bool = True
+    warmup_parallel: int = 4
+    seed: int = 0
+
+
+@dataclass
+class TuneReport:
+    plan_id: str
+    run_id: str
+    environment_hash: str
+    device: str
+    items_done: int = 0
+    items_skipped_budget: int = 0
+    records: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    compile_s: dict[str, float] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+    state: str = "running"
+    notes: list[str] = field(default_factory=list)
+
+
+Progress = Callable[[str, int, int, str], None]  # (event, done, total, message)
+
+
+def plan_queue_id(plan: Plan, env: Environment) -> str:
+    return f"{plan.digest()}-{env.hash()[:12]}"
+
+
+class Tuner:
+    def __init__(self, plan: Plan, store: Any, options: TuneOptions = TuneOptions(),
+                 profile: DeviceProfile | None = None, progress: Progress | None = None) -> None:
+        from hwtune.probes.device import detect
+
+        self.plan, self.store, self.opts = plan, store, options
+        detected = profile or detect()
+        self.device = options.device if options.device != "auto" else ("cuda" if detected.is_cuda else "cpu")
+        self.profile = detected if self.device == "cuda" else CPU_PROFILE
+        self.env = current_environment(self.profile)
+        self.progress = progress or (lambda *a: None)
+        self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.timing = dataclasses.replace(TimingOptions(), time_cap_s=options.time_cap_s or plan.time_cap_s)
+        self._held: set[str] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    # --- the queue ------------------------------------------------------------------------------------
+
+    def _queue_id(self) -> str:
+        base = plan_queue_id(self.plan, self.env)
+        state = self.store.queue_state(base)
+        started = sum(v for k, v in state.items() if k != "pending")
+        if self.opts.fresh:
+            return f"{base}-{uuid.uuid4().hex[:8]}"
+        if started and not self.opts.resume:
+            raise InvalidSpecError(
+                f"this plan was already run in this environment ({state.get('done', 0)} of "
+                f"{sum(state.values())} items done, queue {base}); continue it with --resume, or measure "
+                "everything again with --fresh"
+            )
+        return base
+
+    def _heartbeat(self, queue_id: str) -> None:
+        while not self._stop.wait(self.opts.lease_s / 3):
+            with self._lock:
+                held = sorted(self._held)
+            if held:
+                try:
+                    self.store.heartbeat(queue_id, self.worker, held, self.opts.lease_s)
+                except Exception:  # a missed heartbeat only shortens the lease; the next one retries
+                    pass
+
+    # --- measuring one item ---------------------------------------------------------------------------
+
+    def _already(self, key: str, queue_id: str) -> set[tuple[str, str]]:
+        done = self.store.measurements(workload_keys=[key], environment_hash=self.env.hash())
+        return {(r.backend, r.tactic) for r in done if (r.extra or {}).get("plan_id") == queue_id}
+
+    def _measure(self, item: PlanItem, queue_id: str, run_id: str, pool: WorkerPool, report: TuneReport) -> None:
+        skip = self._already(item.key, queue_id)
+        backends = item.backends or self.opts.backends
+
+        def store(rec: MeasurementRecord) -> None:
+            rec.extra = {**dict(rec.extra or {}), "plan_id": queue_id}
+            self.store.write([rec])
+            report.records += 1
+            report.statuses[rec.status] = report.statuses.get(rec.status, 0) + 1
+            if rec.compile_time_s:
+                name = f"{rec.backend}/{rec.tactic}"
+                report.compile_s[name] = max(report.compile_s.get(name, 0.0), rec.compile_time_s)
+
+        w = item.workload
+        if isinstance(w, AttentionWorkload):
+            planned = [c for c in plan_candidates(w, self.profile, backends) if (c.backend, c.tactic) not in skip]
+            measure_attention(w, planned, device=self.device, profile=self.profile, timing=self.timing,
+                              timeout_s=self.opts.timeout_s, run_id=run_id, pool=pool, seed=self.opts.seed,
+                              on_record=store)
+        else:
+            from hwtune.probes.all2all.measure import measure_all2all
+            from hwtune.selector import catalogue
+
+            assert isinstance(w, All2AllWorkload)
+            names = [b for b in (backends or catalogue.names("all2all")) if (b, "default") not in skip]
+            for rec in measure_all2all(w, names, device=self.device, timeout_s=self.opts.timeout_s,  # type: ignore[arg-type]
+                                       time_cap_s=self.timing.time_cap_s, environment=self.env, run_id=run_id):
+                store(rec)
+
+    # --- the run --------------------------------------------------------------------------------------
+
+    def run(self) -> TuneReport:
+        queue_id = self._queue_id()
+        items = {i.key: i for i in self.plan.items}
+        coarse = [i for i in self.plan.items if i.level == 0]
+        refine = [i for i in self.plan.items if i.level > 0]
+        run_id = self.store.start_run(plan={**self.plan.to_dict(), "queue_id": queue_id},
+                                      budget_s=self.opts.budget_s)
+        report = TuneReport(queue_id, run_id, self.env.hash(), self.profile.describe(), notes=list(self.plan.notes))
+        self.store.enqueue(queue_id, [(i.key, i.to_dict()) for i in coarse])
+        refinements_queued = not refine
+        started = time.monotonic()
+        durations: list[float] = []
+        beat = threading.Thread(target=self._heartbeat, args=(queue_id,), daemon=True)
+        beat.start()
+        total = len(items)
+        try:
+            if self.opts.warmup and self.device == "cuda":
+                from hwtune.tuner.warmup import warm_up
+
+                report.compile_s.update(warm_up(self.plan, self.profile, self.opts.backends,
+                                                parallel=self.opts.warmup_parallel, progress=self.progress))
+            with WorkerPool() as pool:
+                while True:
+                    elapsed = time.monotonic() - started
+                    if self.opts.budget_s is not None:
+                        estimate = (sum(durations) / len(durations)) if durations else 0.0
+                        if elapsed + estimate > self.opts.budget_s:
+                            report.items_skipped_budget = self.store.queue_state(queue_id).get("pending", 0)
+                            report.notes.append(
+                                f"budget of {self.opts.budget_s / 60:.1f} min reached after {elapsed / 60:.1f} min; "
+                                f"{report.items_skipped_budget} item(s) left pending (continue with --resume)")
+                            report.state = "interrupted"
+                            break
+                    claimed = self.store.claim(queue_id, self.worker, 1, self.opts.lease_s)
+                    if not claimed:
+                        if not refinements_queued:
+                            done_records = self.store.measurements(
+                                workload_keys=[i.key for i in coarse], environment_hash=self.env.hash())
+                            ordered = order_refinements(refine, coarse, done_records)
+                            self.store.enqueue(queue_id, [(i.key, i.to_dict()) for i in ordered])
+                            refinements_queued = True
+                            continue
+                        state = self.store.queue_state(queue_id)
+                        if state.get("claimed", 0):  # other nodes are still working: wait for them or their leases
+                            self.progress("wait", report.items_done, total, "waiting for other nodes' items")
+                            time.sleep(min(10.0, self.opts.lease_s / 4))
+                            continue
+                        break
+                    key, payload = claimed[0]
+                    item = items.get(key) or PlanItem(workload_from_dict(payload["kind"], payload["workload"]),
+                                                      int(payload.get("level", 0)))
+                    with self._lock:
+                        self._held.add(key)
+                    t0 = time.monotonic()
+                    self.progress("start", report.items_done, total, _describe(item))
+                    try:
+                        self._measure(item, queue_id, run_id, pool, report)
+                        self.store.complete(queue_id, key, True, self.worker)
+                    finally:
+                        with self._lock:
+                            self._held.discard(key)
+                    durations.append(time.monotonic() - t0)
+                    report.items_done += 1
+                    self.progress("done", report.items_done, total, _describe(item))
+            if report.state == "running":
+                report.state = "done"
+        except KeyboardInterrupt:
+            report.state = "interrupted"
+            report.notes.append("interrupted: measured results are stored; continue with --resume")
+        finally:
+            self._stop.set()
+            report.elapsed_s = time.monotonic() - started
+            try:
+                self.store.finish_run(run_id, report.state)
+            except Exception:
+                pass
+        failed = self.store.queue_state(queue_id).get("failed", 0)
+        if failed:
+            report.notes.append(f"{failed} item(s) failed repeatedly (their workers died each time): see "
+                                "`hwtune show --status crashed`")
+        return report
+
+
+def _describe(item: PlanItem) -> str:
+    w = item.workload
+    if isinstance(w, AttentionWorkload):
+        q = f" q{w.query_len}" if w.phase != "decode" else ""
+        return f"attention {w.phase} b{w.batch} ctx{w.context_len}{q}"
+    return f"all2all ep{w.spec.ep_size} {w.spec.quant_dtype} {w.tokens_per_rank} tok/rank"  # type: ignore[union-attr]
+
+
+def estimate_seconds(plan: Plan, profile: DeviceProfile, backends: tuple[str, ...] | None = None) -> float:
+    """Rough wall time of a plan: per candidate, worker overhead and checks plus the timing cap, plus
+    first-use JIT per (backend, tactic) (FlashInfer's figures measured on an H100, see docs/tuning.md)."""
+    jit = {"FLASHINFER/fa2": 12, "FLASHINFER/fa2-tc": 28, "FLASHINFER/fa3": 90, "FLASHINFER/xqa": 8,
+           "FLEX_ATTENTION/compiled": 25, "TRITON_ATTN/auto": 10, "TRITON_ATTN/tuned": 60, "TURBOQUANT/auto": 10}
+    seconds, seen = 0.0, set()
+    for item in plan.items:
+        if isinstance(item.workload, AttentionWorkload):
+            cands = [c for c in plan_candidates(item.workload, profile, item.backends or backends) if c.runnable]
+            for c in cands:
+                name = f"{c.backend}/{c.tactic}"
+                if name not in seen:
+                    seen.add(name)
+                    seconds += jit.get(name, 5)
+            seconds += len(cands) * (1.5 + plan.time_cap_s * 0.6)
+        else:
+            seconds += 8 * (5 + plan.time_cap_s)
+    return math.ceil(seconds)
