@@ -66,3 +66,4 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Temp
     for var in ("HWTUNE_ATTENTION_BACKEND", "HWTUNE_ALL2ALL_BACKEND", "HWTUNE_DATABASE_URL"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))

@@ -91,7 +91,7 @@ def tune(
         from hwtune.selector import catalogue
 
         for b in backend_list:
-            catalogue.get("all2all" if b.islower() else "attention", b)  # unknown names: exit 2 listing known
+            catalogue.get("all2all" if b.islower() else "attention", b.partition(":")[0])  # unknown: exit 2
     if dry_run:
         est = estimate_seconds(plan, profile, backend_list)
         if json_out:

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import json
 import logging
 import os
+from pathlib import Path
 
+from hwtune._version import __version__
 from hwtune.selector.device import _NAMED, CPU_PROFILE, DeviceProfile
 
 log = logging.getLogger(__name__)
@@ -91,14 +95,53 @@ def detect_nvml() -> DeviceProfile:
     )
 
 
+def _cache_path() -> Path | None:
+    """Where this boot's detected profile is kept, keyed by what would change it without a reboot.
+
+    NVML initialisation costs 50-100 ms, most of an engine's selection budget. The GPUs a process sees
+    cannot change without a reboot (boot id), a driver reload (its version string) or another
+    CUDA_VISIBLE_DEVICES, so a profile cached under those keys is exact. HWTUNE_NO_DEVICE_CACHE=1 disables it.
+    """
+    if os.environ.get("HWTUNE_NO_DEVICE_CACHE"):
+        return None
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+    try:
+        driver = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        driver = "no-nvidia-driver"
+    key = json.dumps([boot, driver, os.environ.get("CUDA_VISIBLE_DEVICES"), __version__])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("hwtune", appauthor=False)) / f"device-{digest}.json"
+
+
 @functools.lru_cache(maxsize=1)
 def detect() -> DeviceProfile:
     """This machine's device profile: the first visible GPU via NVML, else the CPU profile."""
+    cache = _cache_path()
+    if cache is not None:
+        try:
+            return DeviceProfile.from_dict(json.loads(cache.read_text()))
+        except (OSError, ValueError, TypeError):
+            pass
     try:
-        return detect_nvml()
+        profile = detect_nvml()
     except Exception as exc:  # no driver, no library, no GPU: a CPU machine
         log.debug("NVML unavailable (%s); using the CPU profile", exc)
-        return dataclasses.replace(CPU_PROFILE)
+        profile = dataclasses.replace(CPU_PROFILE)
+    if cache is not None:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(profile.to_dict()))
+            tmp.replace(cache)  # atomic: concurrent ranks never read half a file
+        except OSError:
+            pass
+    return profile
 
 
 def enrich_from_torch(profile: DeviceProfile) -> DeviceProfile:

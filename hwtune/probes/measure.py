@@ -16,6 +16,7 @@ from hwtune.selector import catalogue
 from hwtune.selector.catalogue import Backend, Feature
 from hwtune.selector.device import CPU_PROFILE, DeviceProfile
 from hwtune.selector.environment import Environment, current_environment
+from hwtune.selector.errors import InvalidSpecError
 from hwtune.selector.records import LatencyStats, MeasurementRecord
 from hwtune.selector.types import AttentionWorkload
 from hwtune.selector.validation import check, check_tactic
@@ -43,9 +44,20 @@ def plan_candidates(
     workload: AttentionWorkload, device: DeviceProfile, backends: Iterable[str] | None = None, *,
     assume_installed: bool = False,
 ) -> list[Planned]:
-    """Every (backend, tactic) to try for ``workload`` (MLA backends only for MLA specs)."""
+    """Every (backend, tactic) to try for ``workload`` (MLA backends only for MLA specs).
+
+    ``backends`` entries are names ("FLASHINFER") or name:tactic ("TRITON_ATTN:auto") to keep one tactic.
+    """
+    only: dict[str, set[str]] = {}
+    for entry in backends or ():
+        name, _, tactic = entry.partition(":")
+        b = catalogue.get("attention", name)
+        if tactic and b.tactic(tactic) is None:
+            raise InvalidSpecError(f"{b.name} has no tactic {tactic!r}; its tactics: "
+                                   f"{', '.join(t.name for t in b.tactics)}")
+        only.setdefault(b.name, set()).update({tactic} if tactic else {t.name for t in b.tactics})
     chosen: list[Backend] = (
-        [catalogue.get("attention", b) for b in backends] if backends is not None
+        [catalogue.get("attention", b) for b in only] if backends is not None
         else list(catalogue.backends("attention"))
     )
     phases = tactic_phases(workload)
@@ -55,7 +67,7 @@ def plan_candidates(
             continue  # not even a candidate: listed in `select` rejections instead
         backend_reasons = [r.message for r in check(b, workload.spec, device, assume_installed=assume_installed)]
         for t in b.tactics:
-            if not all(p in t.phases for p in phases):
+            if not all(p in t.phases for p in phases) or (only and t.name not in only[b.name]):
                 continue
             reasons = backend_reasons or [
                 r.message for r in check_tactic(b, t, workload.spec, device, assume_installed=assume_installed)

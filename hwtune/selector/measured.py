@@ -12,6 +12,7 @@ measured for every mix point are ranked by weighted cost, ahead of the rest (sta
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections import defaultdict
@@ -20,7 +21,7 @@ from typing import Iterable, Mapping, Sequence
 
 from hwtune.selector.environment import differences
 from hwtune.selector.mix import MixPoint
-from hwtune.selector.records import DISQUALIFYING, MeasurementRecord
+from hwtune.selector.records import DISQUALIFYING
 from hwtune.selector.selection import DispatchEntry, RankedBackend
 
 NEIGHBOURS = 4
@@ -47,44 +48,47 @@ class Evidence:
         return {b for b, _, _ in self.points}
 
 
-def _shape(rec: MeasurementRecord) -> tuple[str, int, int, int] | None:
-    w = rec.workload
-    if rec.kind == "all2all":  # tokens per rank plays the role of the batch; no context axis
-        return "dispatch_combine", int(w["tokens_per_rank"]), 1, 1
-    if w.get("phase") not in ("decode", "prefill") or w.get("context_lens"):
+def _shape(row: tuple) -> tuple[str, int, int, int] | None:
+    """(phase, batch, context, query_len) of a store row; all2all uses tokens per rank as the batch."""
+    kind, phase, batch, context, query_len, tokens, normalized = row[:7]
+    if kind == "all2all":
+        return "dispatch_combine", int(tokens), 1, 1
+    ragged = (json.loads(normalized) if isinstance(normalized, str) else normalized or {}).get("context_lens")
+    if phase not in ("decode", "prefill") or ragged:
         return None  # mixed batches and ragged lengths are measured, but are not mix points
-    return str(w["phase"]), int(w["batch"]), int(w["context_len"]), int(w.get("query_len", 1))
+    return str(phase), int(batch), int(context), int(query_len or 1)
 
 
-def gather(records: Iterable[MeasurementRecord], env_hash: str, fingerprint: Mapping) -> Evidence:
+def gather(rows: Iterable[tuple], fingerprints: Mapping[str, Mapping], env_hash: str, fingerprint: Mapping) -> Evidence:
+    """Aggregate store rows (``hwtune.db.fastread`` column order) of one spec for this environment."""
     ev = Evidence()
     per_host: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    foreign: dict[str, tuple[int, Mapping]] = {}
-    for rec in records:
-        if rec.environment_hash != env_hash:
-            n, fp = foreign.get(rec.environment_hash, (0, rec.environment))
-            foreign[rec.environment_hash] = (n + 1, fp)
+    foreign: dict[str, int] = defaultdict(int)
+    for row in rows:
+        backend, tactic, status, median, message, host, created, h = row[7:15]
+        if h != env_hash:
+            foreign[h] += 1
             continue
-        if rec.status in DISQUALIFYING:
-            shape = _shape(rec)
+        if status in DISQUALIFYING:
+            shape = _shape(row)
             where = f"{shape[0]} batch {shape[1]} x {shape[2]}" if shape else "a measured workload"
-            ev.disqualified.setdefault(rec.backend, []).append(
-                f"{rec.backend} tactic {rec.tactic} {'crashed' if rec.status == 'crashed' else 'gave a wrong answer'}"
-                f" on {where} in this environment (host {rec.host}, {rec.created_at:%Y-%m-%d}): "
-                f"{rec.message.splitlines()[0] if rec.message else rec.status}"
+            first = message.splitlines()[0] if message else status
+            ev.disqualified.setdefault(backend, []).append(
+                f"{backend} tactic {tactic} {'crashed' if status == 'crashed' else 'gave a wrong answer'}"
+                f" on {where} in this environment (host {host}, {str(created)[:10]}): {first}"
             )
             continue
-        if rec.status != "ok" or rec.stats is None:
+        if status != "ok" or median is None:
             continue
-        shape = _shape(rec)
+        shape = _shape(row)
         if shape is not None:
-            per_host[(rec.backend, rec.tactic, *shape)][rec.host].append(rec.stats.median_us)
+            per_host[(backend, tactic, *shape)][host].append(float(median))
     for (backend, tactic, phase, b, c, q), hosts in per_host.items():
         host_medians = [statistics.median(v) for v in hosts.values()]
         ev.points.setdefault((backend, tactic, phase), []).append(
             Point(b, c, q, statistics.median(host_medians), len(host_medians)))
-    for n, fp in foreign.values():
-        why = "; ".join(differences(fp, fingerprint)[:3]) or "a different environment"
+    for h, n in foreign.items():
+        why = "; ".join(differences(fingerprints.get(h, {}), fingerprint)[:3]) or "a different environment"
         ev.notes.append(f"ignored {n} measurement(s) from another environment: {why}")
     return ev
 
@@ -181,20 +185,34 @@ def cost_backend(ev: Evidence, backend: str, mix: Sequence[MixPoint]) -> Costed 
     return Costed(backend, total, exact, conf_w / wsum, main, dict(phase_cost))
 
 
-def dispatch_table(ev: Evidence, backend: str) -> tuple[DispatchEntry, ...]:
-    """Best measured tactic per measured shape of ``backend``, as buckets sorted for ``lookup``."""
-    best: dict[tuple[str, int, int], tuple[float, str]] = {}
-    for (b, t, phase), pts in ev.points.items():
-        if b != backend:
-            continue
-        for p in pts:
-            key = (phase, p.batch, p.context)
-            if key not in best or p.latency_us < best[key][0]:
-                best[key] = (p.latency_us, t)
-    return tuple(
-        DispatchEntry(phase=ph, batch_max=bm, context_max=cm, tactic=t, latency_us=lat, source="measured")
-        for (ph, bm, cm), (lat, t) in sorted(best.items())
-    )
+def dispatch_table(ev: Evidence, backend: str, max_batch: int, max_context: int) -> tuple[DispatchEntry, ...]:
+    """Best tactic of ``backend`` per cell of a power-of-two grid (batch x context; context for prefill).
+
+    Each cell's tactic minimises the interpolated latency at the cell's geometric centre, so shapes between
+    measured points follow the measured crossovers instead of snapping to the next measured point.
+    ``hwtune.selector.dispatch.lookup`` finds a cell by bit length in constant time.
+    """
+    phases = sorted({p for (b, _t, p) in ev.points if b == backend})
+    out: list[DispatchEntry] = []
+    for phase in phases:
+        tactics = {t: pts for (b, t, p), pts in ev.points.items() if b == backend and p == phase}
+        batches = [1] if phase == "prefill" else [1 << i for i in range(max(1, max_batch - 1).bit_length() + 1)]
+        contexts = [1] if phase == "dispatch_combine" else [1 << i for i in range(4, max(16, max_context - 1).bit_length() + 1)]
+        for bm in batches:
+            for cm in contexts:
+                b = bm if bm == 1 else max(1, round(bm / math.sqrt(2)))
+                c = cm if cm <= 16 else max(1, round(cm / math.sqrt(2)))
+                q = min(c, 2048) if phase == "prefill" else 1
+                best = None
+                for t, pts in tactics.items():
+                    est = estimate(pts, MixPoint(phase, b, c, 1.0, q))
+                    if est is not None and (best is None or est[0] < best[1]):
+                        best = (t, est[0], est[1])
+                if best is not None:
+                    out.append(DispatchEntry(phase=phase, batch_max=bm, context_max=cm, tactic=best[0],
+                                             latency_us=round(best[1], 2),
+                                             source="measured" if best[2] else "interpolated"))
+    return tuple(out)
 
 
 def rank(static: Sequence[RankedBackend], ev: Evidence, mix: Sequence[MixPoint]) -> tuple[list[RankedBackend], dict[str, str]]:

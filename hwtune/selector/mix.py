@@ -10,7 +10,6 @@ evenly over its shapes.
 from __future__ import annotations
 
 import json
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -58,6 +57,8 @@ def workload_mix(max_num_seqs: int = 256, max_model_len: int = 32768, profile: s
 def load_mix(path: str | Path) -> list[MixPoint]:
     """A file of weights: JSON list or TOML ``[[point]]`` tables with phase, batch, context, weight
     (and query_len for prefill chunks)."""
+    import tomllib
+
     p = Path(path)
     try:
         text = p.read_text()

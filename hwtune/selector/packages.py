@@ -7,12 +7,10 @@ initialise CUDA. ``importlib.metadata`` reads only the installed distribution's 
 from __future__ import annotations
 
 import functools
-import importlib.metadata as md
+import os
 import re
+import sys
 from dataclasses import dataclass
-
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
 
 
 @dataclass(frozen=True)
@@ -29,9 +27,40 @@ class PackageRequirement:
         return f"{self.distribution}{self.specifier}"
 
 
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+@functools.lru_cache(maxsize=1)
+def _dist_info_versions() -> dict[str, str]:
+    """{normalised name: version} from the names of *.dist-info folders on sys.path, in path order.
+
+    One directory listing per path entry instead of a metadata search per question: an engine's first
+    selection asks about a dozen distributions, and each ``importlib.metadata.version`` call walks sys.path.
+    """
+    found: dict[str, str] = {}
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for n in names:
+            if n.endswith(".dist-info"):
+                stem = n[: -len(".dist-info")]
+                name, sep, version = stem.partition("-")
+                if sep:
+                    found.setdefault(_normalise(name), version)
+    return found
+
+
 @functools.lru_cache(maxsize=256)
 def installed_version(distribution: str) -> str | None:
     """The installed version of a distribution, or None. Cached: package sets do not change in-process."""
+    version = _dist_info_versions().get(_normalise(distribution))
+    if version is not None:
+        return version
+    import importlib.metadata as md  # egg-info and other layouts the folder scan does not read
+
     try:
         return md.version(distribution)
     except md.PackageNotFoundError:
@@ -44,21 +73,26 @@ def torch_cuda_version() -> str | None:
 
     Returns None for a CPU-only build (or when torch is not installed).
     """
-    try:
-        dist = md.distribution("torch")
-    except md.PackageNotFoundError:
+    if installed_version("torch") is None:
         return None
-    try:
-        text = dist.locate_file("torch/version.py").read_text()  # type: ignore[union-attr]
-    except OSError:
-        version = dist.version
-        return None if "+cpu" in version else "unknown"
-    match = re.search(r"^cuda\s*(?::[^=]*)?=\s*'([^']+)'", text, re.MULTILINE)
-    return match.group(1) if match else None
+    for entry in sys.path:
+        path = os.path.join(entry or ".", "torch", "version.py")
+        try:
+            with open(path) as fh:
+                text = fh.read()
+        except OSError:
+            continue
+        match = re.search(r"^cuda\s*(?::[^=]*)?=\s*'([^']+)'", text, re.MULTILINE)
+        return match.group(1) if match else None
+    version = installed_version("torch") or ""
+    return None if "+cpu" in version else "unknown"
 
 
 def check_requirement(req: PackageRequirement) -> str | None:
     """None when satisfied, else a sentence saying what is missing and how to get it."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
     for dist in (req.distribution, *req.alternatives):
         version = installed_version(dist)
         if version is None:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-import socket
-import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Mapping
 
@@ -63,6 +61,12 @@ class LatencyStats:
                    spread=(p90 - p10) / med if med > 0 else 0.0, ci95_rel=ci95_rel)
 
 
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
 def _now() -> _dt.datetime:
     return _dt.datetime.now(_dt.timezone.utc)
 
@@ -85,7 +89,7 @@ class MeasurementRecord:
     compile_time_s: float | None = None
     environment: Mapping[str, Any] = field(default_factory=dict)
     environment_hash: str = ""
-    host: str = field(default_factory=socket.gethostname)
+    host: str = field(default_factory=_hostname)
     gpu_uuid: str | None = None
     run_id: str | None = None
     hwtune_version: str = __version__
@@ -123,4 +127,6 @@ class MeasurementRecord:
 
 
 def new_run_id() -> str:
+    import uuid
+
     return uuid.uuid4().hex

@@ -62,25 +62,19 @@ def _requested(kind: str, backend: str | None) -> tuple[str | None, str]:
 def _evidence(kind: str, spec: Spec, device: DeviceProfile, db: str | bool | None) -> tuple[Any, list[str]]:
     """This environment's measurements of ``spec`` from the store (None when no store answers)."""
     if db is False:
-        return None, ["no measurement store consulted (db=False): static priorities"]
-    from hwtune.db.read import open_for_selection  # imported only when a store is consulted
+        return None, ["no measurement store consulted (db=False)"]
+    from hwtune.db.fastread import read_for_selection  # stdlib sqlite3 for local stores; no SQLAlchemy
     from hwtune.selector.environment import current_environment
     from hwtune.selector.measured import gather
 
-    store, notes = open_for_selection(db if isinstance(db, str) else None)
-    if store is None:
+    rows, fingerprints, notes = read_for_selection(db if isinstance(db, str) else None, spec.key(), kind)
+    if rows is None:
         return None, notes
-    try:
-        records = store.measurements(kind, spec_key=spec.key())
-    except Exception as exc:  # a store that answers but fails the query must not block engine start
-        return None, notes + [f"measurement query failed ({type(exc).__name__}); static priorities"]
-    finally:
-        store.close()
     env = current_environment(device)
-    ev = gather(records, env.hash(), env.fingerprint())
+    ev = gather(rows, fingerprints, env.hash(), env.fingerprint())
     if not ev.points and not ev.disqualified:
-        notes.append(f"no measurements of this spec in this environment ({len(records)} stored for it elsewhere)"
-                     if records else "no measurements of this spec stored")
+        notes.append(f"no measurements of this spec in this environment ({len(rows)} stored for it elsewhere)"
+                     if rows else "no measurements of this spec stored")
     return ev, notes
 
 
@@ -154,7 +148,7 @@ def _select(
     else:
         chosen = ranked[0]
     if evidence is not None and chosen.source != "static":
-        dispatch = dispatch_table(evidence, chosen.backend)
+        dispatch = dispatch_table(evidence, chosen.backend, max_num_seqs, max(max_model_len, 16))
 
     return Selection(
         kind=kind,

@@ -57,12 +57,18 @@ class PlanItem:
                 "backends": list(self.backends) if self.backends else None}
 
 
+#: --quick measures the backends engines choose between (vLLM's priority lists) with their cheap tactics:
+#: TORCH_SDPA and FLEX_ATTENTION (compiled per shape) are left to full plans.
+QUICK_BACKENDS = ("FLASHINFER", "FLASH_ATTN", "TRITON_ATTN:auto", "TURBOQUANT")
+
+
 @dataclass
 class Plan:
     name: str
     items: list[PlanItem]
     notes: list[str] = field(default_factory=list)
     time_cap_s: float = 2.0
+    backends: tuple[str, ...] | None = None  # default for items that name none
 
     def digest(self) -> str:
         """Stable identity of the plan's content: resuming and sharing a plan across nodes key on it."""
@@ -163,7 +169,8 @@ def plan_from_model(
             for q in quant_dtypes:
                 items += all2all_items(all2all_spec(info, ep, quant_dtype=q), quick=quick)
     name = f"{info.model_type} tp{tp}" + (f" ep{ep}" if ep else "") + (" quick" if quick else "")
-    return Plan(name=name, items=items, notes=notes, time_cap_s=1.0 if quick else 2.0)
+    return Plan(name=name, items=items, notes=notes, time_cap_s=1.0 if quick else 2.0,
+                backends=QUICK_BACKENDS if quick else None)
 
 
 # Llama-3.1-8B's attention (32 query / 8 KV heads, head size 128, bf16), the default when no model is given.
@@ -177,7 +184,7 @@ def default_plan(*, quick: bool = False, device: DeviceProfile | None = None,
     if "all2all" in kinds:
         items += all2all_items(All2AllSpec(ep_size=2, num_experts=64, topk=8, hidden_size=4096), quick=quick)
     return Plan(name="default" + (" quick" if quick else ""), items=items, notes=notes,
-                time_cap_s=1.0 if quick else 2.0)
+                time_cap_s=1.0 if quick else 2.0, backends=QUICK_BACKENDS if quick else None)
 
 
 def _ints(value: Any, what: str, minimum: int = 1) -> tuple[int, ...]:

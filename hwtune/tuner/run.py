@@ -121,7 +121,7 @@ class Tuner:
 
     def _measure(self, item: PlanItem, queue_id: str, run_id: str, pool: WorkerPool, report: TuneReport) -> None:
         skip = self._already(item.key, queue_id)
-        backends = item.backends or self.opts.backends
+        backends = item.backends or self.opts.backends or self.plan.backends
 
         def store(rec: MeasurementRecord) -> None:
             rec.extra = {**dict(rec.extra or {}), "plan_id": queue_id}
@@ -143,7 +143,8 @@ class Tuner:
             from hwtune.selector import catalogue
 
             assert isinstance(w, All2AllWorkload)
-            names = [b for b in (backends or catalogue.names("all2all")) if (b, "default") not in skip]
+            known = catalogue.names("all2all")
+            names = [b for b in ([b for b in backends or () if b in known] or known) if (b, "default") not in skip]
             for rec in measure_all2all(w, names, device=self.device, timeout_s=self.opts.timeout_s,  # type: ignore[arg-type]
                                        time_cap_s=self.timing.time_cap_s, environment=self.env, run_id=run_id):
                 store(rec)
@@ -169,7 +170,7 @@ class Tuner:
             if self.opts.warmup and self.device == "cuda":
                 from hwtune.tuner.warmup import warm_up
 
-                report.compile_s.update(warm_up(self.plan, self.profile, self.opts.backends,
+                report.compile_s.update(warm_up(self.plan, self.profile, self.opts.backends or self.plan.backends,
                                                 parallel=self.opts.warmup_parallel, progress=self.progress))
             with WorkerPool() as pool:
                 while True:
@@ -249,7 +250,8 @@ def estimate_seconds(plan: Plan, profile: DeviceProfile, backends: tuple[str, ..
     seconds, seen = 0.0, set()
     for item in plan.items:
         if isinstance(item.workload, AttentionWorkload):
-            cands = [c for c in plan_candidates(item.workload, profile, item.backends or backends) if c.runnable]
+            cands = [c for c in plan_candidates(item.workload, profile, item.backends or backends or plan.backends)
+                     if c.runnable]
             for c in cands:
                 name = f"{c.backend}/{c.tactic}"
                 if name not in seen:

@@ -80,3 +80,24 @@ def test_simulated_profiles(name: str, cc: tuple[int, int], family: str) -> None
 def test_unknown_simulated_device() -> None:
     with pytest.raises(InvalidSpecError, match="unknown device 'sm42'"):
         simulated("sm42")
+
+
+def test_detected_profile_is_cached_per_boot_and_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = fake_nvml()
+    init = real.nvmlInit
+    real.nvmlInit = lambda: calls.append(1) or init()
+    monkeypatch.setitem(sys.modules, "pynvml", real)
+    devmod.detect.cache_clear()
+    first = devmod.detect()
+    devmod.detect.cache_clear()
+    second = devmod.detect()  # a new process would read the cache file instead of initialising NVML
+    devmod.detect.cache_clear()
+    assert first == second and first.compute_capability == (9, 0) and len(calls) == 1
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # another device set: another cache entry
+    assert devmod.detect().uuid == "GPU-aaaa-1" and len(calls) == 2
+    devmod.detect.cache_clear()
+    monkeypatch.setenv("HWTUNE_NO_DEVICE_CACHE", "1")
+    devmod.detect()
+    devmod.detect.cache_clear()
+    assert len(calls) == 3

@@ -11,13 +11,25 @@ half-size Hadamard matrix generated in registers (entry ``(-1)**popcount(i & j)`
 dots on a hi/lo split of the float32 input (about 16 significant bits; H is exactly +-1 in bf16).
 
 Attention never dequantizes to float first: codes become float16 ``1024 + c`` by OR-ing the exponent bits
-of 1024 (integer ops at full rate instead of int-to-float conversions), so
+of 1024 (integer ops at full rate instead of int-to-float conversions), then the exact float16 subtraction
+of ``1024 + MID`` centres them (``MID = 2**(BITS - 1)``, so ``c - MID`` lies in [-8, 7] or [-128, 127]):
 
-    q'.k = scale * (q'.(1024 + c)) + (zero - 1024 * scale) * sum(q')
-    sum_t p_t v_t = (p * scale) @ (1024 + c) + sum_t (p * scale)_t * (zero / scale - 1024)_t  (per lane)
+    q'.k = scale * (q'.(c - MID)) + (zero + MID * scale) * sum(q')
+    sum_t p_t v_t = (p * scale) @ (c - MID) + sum_t (p * scale)_t * (zero / scale + MID)_t  (per lane)
 
-with ``q'`` the rotated query (float16) and the last term a per-row scalar. The output is un-rotated
-before it is stored (split partials too: the LSE merge is linear, so merging un-rotated partials is exact).
+with ``q'`` the rotated query (float16) and the last term a per-row scalar, accumulated in float32 apart
+from the tensor-core dot and added after un-rotation, where it lands on lane 0 only (``ones @ H = D e0``).
+
+WHY centred codes (not ``1024 + c`` straight into the dot): a tensor-core MMA does not round its float32
+accumulation to nearest; it aligns the addends to the largest and drops the bits below (Fasi et al. 2021;
+Khattak & Mikaitis 2025 for H100), a one-sided error when every addend is positive. With ``1024 + c`` the
+accumulator held ``~1030 * sum(p * scale)`` per lane, ~1000x the attention output it is later cancelled
+down to, so that bias, the same on every lane, survived as a lane-0 error after un-rotation (H100: 8x to
+70x the other lanes' error). Centred codes keep the accumulator as small as the output it carries; the
+interpreter shows the same with ``interp_runner --tensor-core-dot`` (tests/probes/kernels).
+
+The output is un-rotated before it is stored (split partials too: the LSE merge is linear, so merging
+un-rotated partials is exact).
 """
 
 from __future__ import annotations
@@ -116,7 +128,9 @@ def tq_write_kernel(k_ptr, v_ptr, slot_ptr, signs_ptr, kc_ptr, vc_ptr, ks_ptr, k
 
 @triton.jit
 def _codes_tile(c_ptr, off, mask, offs, HALF: tl.constexpr, BITS: tl.constexpr, MASKED: tl.constexpr):
-    """Codes of a [BLOCK_N] set of token rows as float16 ``1024 + c`` halves [BLOCK_N, HALF]."""
+    """Codes of a [BLOCK_N] set of token rows as centred float16 ``c - 2**(BITS - 1)`` halves [BLOCK_N, HALF]
+    (``1024 + c`` from the exponent bits, minus ``1024 + MID``: exact in float16, both lie in [1024, 2048))."""
+    OFFSET: tl.constexpr = 1024.0 + (1 << (BITS - 1))
     ptrs = c_ptr + off[:, None] + offs[None, :]
     if MASKED:
         b = tl.load(ptrs, mask=mask[:, None], other=0)
@@ -124,15 +138,15 @@ def _codes_tile(c_ptr, off, mask, offs, HALF: tl.constexpr, BITS: tl.constexpr, 
         b = tl.load(ptrs)
     if BITS == 4:
         x = b.to(tl.int16)
-        lo = ((x & 15) | 0x6400).to(tl.float16, bitcast=True)
-        hi = ((x >> 4) | 0x6400).to(tl.float16, bitcast=True)
+        lo = ((x & 15) | 0x6400).to(tl.float16, bitcast=True) - OFFSET
+        hi = ((x >> 4) | 0x6400).to(tl.float16, bitcast=True) - OFFSET
     else:
         if MASKED:
             b2 = tl.load(ptrs + HALF, mask=mask[:, None], other=0)
         else:
             b2 = tl.load(ptrs + HALF)
-        lo = (b.to(tl.int16) | 0x6400).to(tl.float16, bitcast=True)
-        hi = (b2.to(tl.int16) | 0x6400).to(tl.float16, bitcast=True)
+        lo = (b.to(tl.int16) | 0x6400).to(tl.float16, bitcast=True) - OFFSET
+        hi = (b2.to(tl.int16) | 0x6400).to(tl.float16, bitcast=True) - OFFSET
     return lo, hi
 
 
@@ -141,6 +155,7 @@ def _tq_tile(acc_lo, acc_hi, acc_z, m_i, l_i, q_lo, q_hi, q_sum, kc_base, vc_bas
              vz_base, bt_row, j, kv_end, rows_pos, offs_n, offs_h, stride_cb, stride_ct, stride_sb, stride_st,
              scale_log2, BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, HALF: tl.constexpr,
              BITS: tl.constexpr, MASKED: tl.constexpr):
+    MID: tl.constexpr = 1 << (BITS - 1)
     pos = j * BLOCK_N + offs_n
     n_ok = pos < kv_end
     if MASKED:
@@ -158,7 +173,7 @@ def _tq_tile(acc_lo, acc_hi, acc_z, m_i, l_i, q_lo, q_hi, q_sum, kc_base, vc_bas
         ks = tl.load(ks_base + s_off).to(tl.float32)
         kz = tl.load(kz_base + s_off).to(tl.float32)
     raw = tl.dot(q_lo, tl.trans(k_lo), acc=tl.dot(q_hi, tl.trans(k_hi)))
-    qk = (raw * ks[None, :] + q_sum[:, None] * (kz - 1024.0 * ks)[None, :]) * scale_log2
+    qk = (raw * ks[None, :] + q_sum[:, None] * (kz + MID * ks)[None, :]) * scale_log2
     if MASKED:
         keep = (pos[None, :] <= rows_pos[:, None]) & n_ok[None, :]
         qk = tl.where(keep, qk, float("-inf"))
@@ -177,10 +192,11 @@ def _tq_tile(acc_lo, acc_hi, acc_z, m_i, l_i, q_lo, q_hi, q_sum, kc_base, vc_bas
     pv32 = pv.to(tl.float32)
     # zero term with the same rounded weights: sum_t pv_t * (c_t + zero_t / scale_t) is the rounded-weight
     # sum of the dequantized values, so pv's fp16 rounding scales each value (like p's rounding in plain
-    # attention) instead of adding a lane-constant error that un-rotation would pile onto one output lane
-    z_per_scale = tl.where(vs > 0.0, vz / tl.where(vs > 0.0, vs, 1.0), 0.0)
+    # attention) instead of adding a lane-constant error that un-rotation would pile onto one output lane;
+    # float32 FMA/adds here (round to nearest), never through the tensor cores
+    z_per_scale = tl.where(vs > 0.0, vz / tl.where(vs > 0.0, vs, 1.0) + MID, 0.0)
     z_term = tl.where(vs[None, :] > 0.0, pv32 * z_per_scale[None, :], p * vz[None, :])
-    acc_z = acc_z * alpha + tl.sum(z_term - 1024.0 * pv32, 1)
+    acc_z = acc_z * alpha + tl.sum(z_term, 1)
     acc_lo = tl.dot(pv, v_lo, acc=acc_lo * alpha[:, None])
     acc_hi = tl.dot(pv, v_hi, acc=acc_hi * alpha[:, None])
     return acc_lo, acc_hi, acc_z, m_new, l_i
@@ -254,10 +270,11 @@ def tq_attn_kernel(
             acc_lo, acc_hi, acc_z, m_i, l_i, q_lo, q_hi, q_sum, kc_base, vc_base, ks_base, kz_base, vs_base,
             vz_base, bt_row, j, kv_end, rows_pos, offs_n, offs_h, stride_cb, stride_ct, stride_sb, stride_st,
             scale_log2, BLOCK_N, PAGE_SIZE, HALF, BITS, True)
-    # un-rotate the (unnormalised) accumulators: o = ((o' @ H_D) / sqrt(D)) * signs, by halves
-    a_lo = acc_lo + acc_z[:, None]
-    a_hi = acc_hi + acc_z[:, None]
-    o_lo, o_hi = rotate_halves(a_lo, a_hi, load_hadamard(h_ptr, HALF), inv_sqrt_d)
+    # un-rotate the (unnormalised) accumulators: o = ((o' @ H_D) / sqrt(D)) * signs, by halves. The
+    # lane-constant zero term acc_z maps to (acc_z * ones) @ H_D / sqrt(D) = acc_z * sqrt(D) * e0: added
+    # to lane 0 in float32 instead of riding through the bf16 hi/lo split of the un-rotation dot
+    o_lo, o_hi = rotate_halves(acc_lo, acc_hi, load_hadamard(h_ptr, HALF), inv_sqrt_d)
+    o_lo = o_lo + tl.where((offs_h == 0)[None, :], (acc_z * (HEAD_D * inv_sqrt_d))[:, None], 0.0)
     o_lo = o_lo * tl.load(signs_ptr + kv_head * HEAD_D + offs_h)[None, :]
     o_hi = o_hi * tl.load(signs_ptr + kv_head * HEAD_D + HALF + offs_h)[None, :]
     d_ok = offs_h < HALF

@@ -40,6 +40,7 @@ def _tqw(p: Problem, bits: int) -> Case:
 
 
 SPLIT3 = {"block_n": 16, "num_splits": 3}
+ONE_LONG_SPLIT = {"block_n": 64, "num_splits": 1}
 
 INTERP_CASES: dict[str, Case] = {
     # --- TRITON_ATTN ---
@@ -74,7 +75,19 @@ INTERP_CASES: dict[str, Case] = {
     "tq_prefill_fp16_4bit": _tq(P((40,), (70,), dtype=FP16), 4),
     "tq_lse_dcp_merge_4bit": lambda d: check_dcp_merge(P((1, 1), (40, 70), config={"block_n": 16, "num_splits": 2}),
                                                        d, turboquant_bits=4),
+    # thousands of keys in one split: an accumulation error that grows along the KV loop shows only here
+    # (TURBOQUANT's old ``1024 + c`` codes failed the lane-0 check even with numpy's round-to-nearest)
+    "tq_long_decode_fp16_4bit": _tq(P((1, 1), (2048, 700), head_size=128, dtype=FP16, config=ONE_LONG_SPLIT), 4),
+    "tq_long_mixed_8bit": _tq(P((1, 3), (2000, 1500), head_size=128, config=ONE_LONG_SPLIT), 8),
+    "long_decode_fp16_d128": _t(P((1, 1), (2048, 700), head_size=128, dtype=FP16, config=ONE_LONG_SPLIT)),
 }
+
+# Run a second time with tensor-core accumulation (interp_runner --tensor-core-dot, tensor_core_model.py):
+# every TURBOQUANT attention case, and TRITON_ATTN controls (plain attention must not care).
+TENSOR_CORE_CASES: tuple[str, ...] = (
+    *(name for name in INTERP_CASES if name.startswith("tq_") and not name.startswith("tq_write")),
+    "decode_hnd_fp16_split3", "prefill_prefix_d128_multi_tile", "long_decode_fp16_d128",
+)
 
 
 def _gpu_grid() -> dict[str, Case]:

@@ -1,14 +1,20 @@
 """Run the interpreter case grid in this process under TRITON_INTERPRET=1 and print JSON results.
 
-Usage: ``python -m tests.probes.kernels.interp_runner [--shard I/N] [case ...]``. It must be a fresh
-process: Triton decides at decoration time whether a kernel is interpreted, so the variable has to be set
-before ``triton`` and the kernel modules are imported (the pytest session may already have imported them).
+Usage: ``python -m tests.probes.kernels.interp_runner [--shard I/N] [--tensor-core-dot] [case ...]``.
+It must be a fresh process: Triton decides at decoration time whether a kernel is interpreted, so the
+variable has to be set before ``triton`` and the kernel modules are imported (the pytest session may
+already have imported them).
 
 Interpreter fix applied here (and only here): Triton 3.9's interpreter stores bfloat16 as raw uint16 and
 ``tl.dot`` multiplies those bit patterns, so a bf16 dot returns garbage on the CPU. The patch converts bf16
 operands to float32 before the interpreter's numpy matmul (the GPU computes bf16 x bf16 products exactly
 into float32 accumulators, so this is the same arithmetic). Without it every bf16 case would fail for a
 reason that is not in hwtune's kernels.
+
+``--tensor-core-dot`` (default cases: grid.TENSOR_CORE_CASES) makes every 16-bit ``tl.dot`` accumulate the
+way a tensor core does (tensor_core_model.py: aligned, truncated, one-sided) instead of numpy's float32
+round-to-nearest, so a kernel that only the GPU's accumulation breaks fails here too. fp8 dots keep the
+interpreter's own arithmetic.
 """
 
 from __future__ import annotations
@@ -19,29 +25,37 @@ import sys
 import time
 import traceback
 
+import numpy as np
+
 os.environ["TRITON_INTERPRET"] = "1"
 
 import triton.language as tl
 from triton.runtime import interpreter as _interp
 
+from tests.probes.kernels.tensor_core_model import tensor_core_matmul
+
 _create_dot = _interp.InterpreterBuilder.create_dot
+TENSOR_CORE_DOT = {"on": False}  # set by --tensor-core-dot
 
 
-def _bf16_safe_dot(self, a, b, d, input_precision, max_num_imprecise_acc):  # type: ignore[no-untyped-def]
+def _patched_dot(self, a, b, d, input_precision, max_num_imprecise_acc):  # type: ignore[no-untyped-def]
+    sixteen_bit = {a.dtype.scalar, b.dtype.scalar} <= {tl.float16, tl.bfloat16}
     if a.dtype.scalar == tl.bfloat16:
         a = self.cast_impl(a, tl.float32)
     if b.dtype.scalar == tl.bfloat16:
         b = self.cast_impl(b, tl.float32)
+    if TENSOR_CORE_DOT["on"] and sixteen_bit and d.data.dtype == np.float32 and a.data.ndim == 2:
+        return _interp.TensorHandle(tensor_core_matmul(a.data, b.data, d.data), d.dtype.scalar)
     return _create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
 
 
-_interp.InterpreterBuilder.create_dot = _bf16_safe_dot
+_interp.InterpreterBuilder.create_dot = _patched_dot
 
 
 def main(argv: list[str]) -> int:
     import torch
 
-    from tests.probes.kernels.grid import INTERP_CASES
+    from tests.probes.kernels.grid import INTERP_CASES, TENSOR_CORE_CASES
 
     torch.set_num_threads(1)
     shard, n_shards = 0, 1
@@ -50,9 +64,11 @@ def main(argv: list[str]) -> int:
     for arg in it:
         if arg == "--shard":
             shard, n_shards = (int(x) for x in next(it).split("/"))
+        elif arg == "--tensor-core-dot":
+            TENSOR_CORE_DOT["on"] = True
         else:
             names.append(arg)
-    names = names or sorted(INTERP_CASES)
+    names = names or sorted(TENSOR_CORE_CASES if TENSOR_CORE_DOT["on"] else INTERP_CASES)
     names = [n for i, n in enumerate(names) if i % n_shards == shard]
     results = {}
     for name in names:

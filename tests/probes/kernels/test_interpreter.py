@@ -3,6 +3,10 @@
 The grid (tests/probes/kernels/grid.py INTERP_CASES) runs once per session in two subprocesses (this
 machine class has 2 cores) with TRITON_INTERPRET=1 set before triton is imported; each case is then one
 test here. See interp_runner.py for the one interpreter bug worked around (bf16 ``tl.dot``).
+
+grid.TENSOR_CORE_CASES run a second time with ``--tensor-core-dot``: ``tl.dot`` accumulating like a tensor
+core (one-sided truncation, tensor_core_model.py) rather than numpy's round-to-nearest, the difference that
+let TURBOQUANT pass here and fail on an H100.
 """
 
 from __future__ import annotations
@@ -16,17 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.probes.kernels.grid import INTERP_CASES
+from tests.probes.kernels.grid import INTERP_CASES, TENSOR_CORE_CASES
 
 ROOT = Path(__file__).resolve().parents[3]
 SHARDS = 2
 
 
-def _run_shard(shard: int) -> dict:
+def _run_shard(shard: int, *flags: str) -> dict:
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "tests.probes.kernels.interp_runner", "--shard", f"{shard}/{SHARDS}"],
-                          check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run([sys.executable, "-m", "tests.probes.kernels.interp_runner", "--shard", f"{shard}/{SHARDS}",
+                           *flags], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     if proc.returncode != 0:
         raise RuntimeError(f"interpreter runner shard {shard} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout)
@@ -39,9 +43,24 @@ def interp_results() -> dict:
     return {k: v for shard in shards for k, v in shard.items()}
 
 
-@pytest.mark.parametrize("case", sorted(INTERP_CASES))
-def test_kernel_case_in_interpreter(case: str, interp_results: dict) -> None:
-    result = interp_results[case]
+@pytest.fixture(scope="session")
+def tensor_core_results() -> dict:
+    with ThreadPoolExecutor(SHARDS) as pool:
+        shards = list(pool.map(lambda shard: _run_shard(shard, "--tensor-core-dot"), range(SHARDS)))
+    return {k: v for shard in shards for k, v in shard.items()}
+
+
+def _assert_passed(case: str, result: dict) -> None:
     assert "error" not in result, result.get("error")
     failed = {k: v for k, (v, limit) in result["checks"].items() if not v <= limit}
     assert not failed, f"{case}: checks over their limits {failed} (all: {result['checks']})"
+
+
+@pytest.mark.parametrize("case", sorted(INTERP_CASES))
+def test_kernel_case_in_interpreter(case: str, interp_results: dict) -> None:
+    _assert_passed(case, interp_results[case])
+
+
+@pytest.mark.parametrize("case", sorted(TENSOR_CORE_CASES))
+def test_kernel_case_with_tensor_core_accumulation(case: str, tensor_core_results: dict) -> None:
+    _assert_passed(case, tensor_core_results[case])
