@@ -65,6 +65,8 @@ def tune(
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds before a candidate is killed as hung."),
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
     no_warmup: bool = typer.Option(False, "--no-warmup", help="Skip the parallel JIT warm-up."),
+    lease: float = typer.Option(120.0, "--lease", help="Seconds a claimed item stays this node's without a "
+                                "heartbeat; a dead node's items return to the queue after it."),
     db: Optional[str] = typer.Option(None, "--db", help="Store URL (default: HWTUNE_DATABASE_URL, else local SQLite)."),
     json_out: bool = JsonOpt,
 ) -> None:
@@ -78,6 +80,8 @@ def tune(
         raise InvalidSpecError(f"--kinds takes attention and/or all2all, not {kinds!r}")
     if budget is not None and budget <= 0:
         raise InvalidSpecError("--budget must be a positive number of minutes")
+    if lease < 3:
+        raise InvalidSpecError("--lease must be at least 3 seconds (the heartbeat renews it every lease/3)")
     if resume and fresh:
         raise InvalidSpecError("--resume continues a run and --fresh starts over: give one")
     profile = detect()
@@ -122,7 +126,8 @@ def tune(
                 bar.update(task, completed=done, total=total, description=message)
 
         opts = TuneOptions(backends=backend_list, budget_s=budget * 60 if budget else None, time_cap_s=time_cap,
-                           timeout_s=timeout, resume=resume, fresh=fresh, device=device, warmup=not no_warmup)
+                           timeout_s=timeout, resume=resume, fresh=fresh, device=device, warmup=not no_warmup,
+                           lease_s=lease)
         report = Tuner(plan, store, opts, profile=profile, progress=progress).run()
         records = store.measurements(run_id=report.run_id)
     if json_out:

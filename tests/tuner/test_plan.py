@@ -1,0 +1,117 @@
+"""Plans from model configs, TOML files and defaults; refinement ordering."""
+
+from pathlib import Path
+
+import pytest
+
+from hwtune.selector.device import CPU_PROFILE, simulated
+from hwtune.selector.errors import InvalidSpecError
+from hwtune.selector.records import LatencyStats, MeasurementRecord
+from hwtune.selector.types import AttentionSpec, AttentionWorkload
+from hwtune.tuner.plan import QUICK_BACKENDS, default_plan, plan_from_model, plan_from_toml
+from hwtune.tuner.schedule import informative, order_refinements
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ROOT / "tests" / "data" / "models"
+
+
+def test_model_plan_levels_and_memory_filter() -> None:
+    plan = plan_from_model(MODELS / "llama-3.1-8b.json", device=simulated("h100"))
+    phases = {i.workload.phase for i in plan.items}
+    assert phases == {"decode", "prefill", "mixed"}
+    assert {i.level for i in plan.items} == {0, 1}
+    assert any("does not fit" in n for n in plan.notes) and any("not a MoE model" in n for n in plan.notes)
+    for item in plan.items:  # nothing planned that the H100's memory cannot hold
+        w = item.workload
+        assert 3 * 4096 * (w.batch * w.context_len) <= 0.35 * simulated("h100").memory_bytes
+    assert plan.digest() == plan_from_model(MODELS / "llama-3.1-8b.json", device=simulated("h100")).digest()
+
+
+def test_moe_model_plans_all2all_at_the_ep_size() -> None:
+    plan = plan_from_model(MODELS / "deepseek-v3.json", tp=8, ep=8, device=simulated("h100"))
+    a2a = [i.workload for i in plan.items if i.kind == "all2all"]
+    assert a2a and {w.spec.ep_size for w in a2a} == {8} and {w.spec.quant_dtype for w in a2a} == {"bf16", "fp8"}
+    assert all(i.workload.spec.use_mla for i in plan.items if i.kind == "attention")
+
+
+def test_quick_plan_is_small_and_engine_focused() -> None:
+    plan = default_plan(quick=True)
+    assert len(plan.items) <= 6 and plan.backends == QUICK_BACKENDS
+
+
+def test_cpu_plans_are_cpu_sized() -> None:
+    plan = default_plan(device=CPU_PROFILE)
+    assert max(i.workload.context_len for i in plan.items) <= 2048
+
+
+def test_example_toml_plan() -> None:
+    plan = plan_from_toml(ROOT / "examples" / "plan.toml")
+    assert plan.name == "llama-3.1-8b-example" and plan.time_cap_s == 2.0
+    spec = plan.items[0].workload.spec
+    assert (spec.num_heads, spec.num_kv_heads, spec.head_size) == (32, 8, 128)
+    assert {i.workload.phase for i in plan.items} == {"decode", "prefill", "mixed"}
+    assert any(i.level == 1 for i in plan.items)
+
+
+def test_toml_with_several_specs_and_ragged_lengths(tmp_path: Path) -> None:
+    f = tmp_path / "p.toml"
+    f.write_text("""
+[[attention]]
+num_heads = 8
+num_kv_heads = 2
+head_size = 64
+backends = ["TORCH_SDPA:math"]
+[[attention.decode]]
+batch = [4]
+context = [256]
+ragged = true
+[[attention]]
+num_heads = 8
+num_kv_heads = 2
+head_size = 64
+kv_layout = "HND"
+[[attention.prefill]]
+chunk = [32]
+prefix = [0, 64]
+""")
+    plan = plan_from_toml(f)
+    assert len(plan.items) == 3
+    ragged = plan.items[0].workload
+    assert ragged.context_lens and len(ragged.context_lens) == 4 and max(ragged.context_lens) <= 256
+    assert plan.items[0].backends == ("TORCH_SDPA:math",) and plan.items[1].workload.spec.kv_layout == "HND"
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[surprise]\nx = 1\n", "unknown sections surprise"),
+    ("[[attention]]\nnum_heads = 8\n", "missing"),
+    ("[[attention]]\nnum_heads = 8\nnum_kv_heads = 2\nhead_size = 64\n[[attention.decode]]\nbatch = [0]\n",
+     "must be integers >= 1"),
+    ("not toml [", "not valid TOML"),
+])
+def test_bad_plan_files(tmp_path: Path, text: str, words: str) -> None:
+    f = tmp_path / "bad.toml"
+    f.write_text(text)
+    with pytest.raises(InvalidSpecError, match=words):
+        plan_from_toml(f)
+
+
+def test_refinements_between_disagreeing_neighbours_come_first() -> None:
+    spec = AttentionSpec(8, 2, 64)
+    plan = plan_from_model(MODELS / "llama-3.1-8b.json", device=simulated("h100"))
+    coarse = [i for i in plan.items if i.level == 0 and i.workload.phase == "decode"]
+    refine = [i for i in plan.items if i.level == 1 and i.workload.phase == "decode"]
+    del spec
+
+    def rec(item, backend):
+        w = item.workload
+        return MeasurementRecord(kind="attention", workload=w.to_dict(), workload_key=w.key(), backend=backend,
+                                 tactic="t", status="ok", stats=LatencyStats.from_samples([1.0]))
+
+    # small batches won by A, large by B: the crossover sits between batch 16 and 256
+    records = [rec(c, "A" if c.workload.batch < 100 else "B") for c in coarse]
+    ordered = order_refinements(refine, coarse, records)
+    first = ordered[0].workload
+    assert informative(ordered[0], coarse, {r.workload_key: (r.backend, r.tactic, 1.0) for r in records})
+    assert first.batch in (64, 512) or first.batch > 16
+    flags = [informative(i, coarse, {r.workload_key: (r.backend, r.tactic, 1.0) for r in records}) for i in ordered]
+    assert flags == sorted(flags, reverse=True)  # every informative point before every uninformative one

@@ -1,0 +1,121 @@
+"""`hwtune tune` on CPU: stored as measured, resumable after SIGKILL without duplicates, budgets, shared queues."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from hwtune.db.store import Store
+from hwtune.selector.device import CPU_PROFILE
+from hwtune.selector.errors import InvalidSpecError
+from hwtune.tuner.plan import plan_from_toml
+from hwtune.tuner.run import TuneOptions, Tuner
+
+PLAN = """
+name = "cpu-test"
+time_cap_s = 0.05
+[[attention]]
+num_heads = 4
+num_kv_heads = 2
+head_size = 32
+dtype = "float32"
+backends = ["TORCH_SDPA:math"]
+[[attention.decode]]
+batch = [1, 4]
+context = [64, 256]
+[[attention.decode]]
+batch = [2]
+context = [128]
+level = 1
+[[attention.prefill]]
+chunk = [32]
+prefix = [0]
+"""
+
+
+@pytest.fixture()
+def plan_file(tmp_path: Path) -> Path:
+    f = tmp_path / "plan.toml"
+    f.write_text(PLAN)
+    return f
+
+
+def opts(**kw):
+    return TuneOptions(device="cpu", warmup=False, **kw)
+
+
+def test_tune_stores_every_result_and_refuses_a_silent_rerun(tmp_path: Path, plan_file: Path) -> None:
+    plan = plan_from_toml(plan_file)
+    with Store.open(f"sqlite:///{tmp_path / 't.db'}") as store:
+        report = Tuner(plan, store, opts(), profile=CPU_PROFILE).run()
+        assert report.state == "done" and report.items_done == 6 and report.statuses == {"ok": 6}
+        recs = store.measurements(run_id=report.run_id)
+        assert len(recs) == 6 and all(r.extra["plan_id"] == report.plan_id for r in recs)
+        with pytest.raises(InvalidSpecError, match="--resume"):
+            Tuner(plan, store, opts(), profile=CPU_PROFILE).run()
+        again = Tuner(plan, store, opts(resume=True), profile=CPU_PROFILE).run()
+        assert again.items_done == 0 and again.records == 0  # nothing left to do, nothing repeated
+        fresh = Tuner(plan, store, opts(fresh=True), profile=CPU_PROFILE).run()
+        assert fresh.records == 6
+
+
+def test_budget_measures_the_coarse_grid_first(tmp_path: Path, plan_file: Path) -> None:
+    plan = plan_from_toml(plan_file)
+    with Store.open(f"sqlite:///{tmp_path / 't.db'}") as store:
+        report = Tuner(plan, store, opts(budget_s=1e-3), profile=CPU_PROFILE).run()
+        assert report.state == "interrupted" and report.items_done == 1
+        assert any("budget" in n and "--resume" in n for n in report.notes)
+        first = store.measurements(run_id=report.run_id)[0]
+        assert first.workload["batch"] != 2  # the level-1 refinement point is never first
+        rest = Tuner(plan, store, opts(resume=True), profile=CPU_PROFILE).run()
+        assert rest.items_done == 5 and rest.state == "done"
+
+
+def _count(db: Path) -> int:
+    try:
+        with sqlite3.connect(db) as c:
+            return c.execute("select count(*) from measurements").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def test_sigkill_then_resume_repeats_nothing(tmp_path: Path, plan_file: Path) -> None:
+    db = tmp_path / "t.db"
+    cmd = [sys.executable, "-m", "hwtune", "tune", "--plan", str(plan_file), "--kinds", "attention", "--device",
+           "cpu", "--db", f"sqlite:///{db}", "--no-warmup", "--lease", "3", "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while _count(db) < 2 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the tuner and its worker, mid-run
+    proc.wait()
+    killed_at = _count(db)
+    assert 2 <= killed_at < 6
+    out = subprocess.run(cmd[:-1] + ["--resume", "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    assert report["state"] == "done"
+    with Store.open(f"sqlite:///{db}", read_only=True, create=False) as store:
+        recs = store.measurements()
+    per_candidate = Counter((r.workload_key, r.backend, r.tactic) for r in recs)
+    assert len(per_candidate) == 6 and set(per_candidate.values()) == {1}  # every item once, no duplicates
+
+
+def test_two_nodes_share_one_plan(shared_url: str, plan_file: Path) -> None:
+    """Two tuners on one store (SQLite, and PostgreSQL with SKIP LOCKED) split the plan: each item once."""
+    cmd = [sys.executable, "-m", "hwtune", "tune", "--plan", str(plan_file), "--kinds", "attention", "--device",
+           "cpu", "--db", shared_url, "--no-warmup", "--json", "--resume"]
+    Store.open(shared_url).close()
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    reports = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
+    assert sum(r["items_done"] for r in reports) == 6
+    with Store.open(shared_url, read_only=True, create=False) as store:
+        recs = store.measurements()
+    assert len(recs) == 6 and len({(r.workload_key, r.backend, r.tactic) for r in recs}) == 6
