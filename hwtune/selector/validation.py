@@ -137,6 +137,14 @@ def _attention_rule_rejections(
             f"{who} does not support kv-cache dtype {spec.kv_cache_dtype} "
             f"(supports {_listing(rules.kv_cache_dtypes)}).",
         ))
+    need = (rules.kv_cache_dtype_min_cc or {}).get(spec.kv_cache_dtype)
+    if need is not None and device.is_cuda and device.compute_capability is not None \
+            and device.compute_capability < need:
+        out.append(Rejection(
+            "kv_cache_dtype",
+            f"{who} supports kv-cache dtype {spec.kv_cache_dtype} only from SM {need[0]}.{need[1]}; "
+            f"{device.describe()} is older.",
+        ))
     if not rules.head_sizes.allows(spec.head_size):
         out.append(Rejection(
             "head_size", f"{who} does not support head size {spec.head_size} (supports {rules.head_sizes.describe()})."

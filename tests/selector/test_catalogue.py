@@ -43,7 +43,7 @@ def test_every_declared_fact_names_its_source(backend: catalogue.Backend) -> Non
 def test_backend_rules_are_complete_allowlists(backend: catalogue.Backend) -> None:
     """Fail closed: every rule field is set at backend level (tactics may leave fields None = inherit)."""
     for f in dataclasses.fields(backend.rules):
-        if f.name in ("features", "max_topk", "interconnect"):
+        if f.name in ("features", "max_topk", "interconnect", "kv_cache_dtype_min_cc"):
             continue
         assert getattr(backend.rules, f.name) is not None, f"{backend.name}.{f.name} unset"
     assert backend.tactics, f"{backend.name} declares no tactic"
@@ -144,3 +144,12 @@ def test_no_all2all_backend_accepts_a_quant_dtype_outside_its_allowlist(backend,
     spec = All2AllSpec(ep_size=8, num_experts=64, topk=4, hidden_size=4096, quant_dtype=quant)
     codes = {r.code for r in check(backend, spec, simulated("sm100"), assume_installed=True)}
     assert ("quant_dtype" in codes) == (quant not in backend.rules.quant_dtypes)
+
+
+def test_triton_fp8_needs_sm89() -> None:
+    from hwtune.selector.validation import validate
+
+    spec = AttentionSpec(32, 8, 128, kv_cache_dtype="fp8")
+    triton_attn = catalogue.get("attention", "TRITON_ATTN")
+    assert any("only from SM 8.9" in r for r in validate(triton_attn, spec, simulated("a100"), assume_installed=True))
+    assert validate(triton_attn, spec, simulated("h100"), assume_installed=True) == []

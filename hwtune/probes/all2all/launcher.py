@@ -10,7 +10,8 @@ The watchdog polls the ranks and their JSON-lines result files:
   naming the signal and the last lines of that rank's stderr. A crash outranks the errors its peers then
   report (a peer's "connection reset" is a consequence, not the cause);
 * a rank reports an error and exits (its peers may be stuck in a collective) -> that error, after a short
-  settling time for the others to report, and the group is killed.
+  settling time for the others to report, and the group is killed. Whether the peers' own errors (their
+  "connection reset" once it left) arrive within that time or not, the earliest report is the cause.
 
 After a workload ended a group, the remaining workloads start in a new group; a failure during set-up
 ends the backend's trial (every workload would meet it). Nothing here imports torch.
@@ -182,7 +183,25 @@ def _crash(rank: int, r: _Rank, index: int) -> ItemResult:
     return ItemResult("crashed", msg, extra={"rank": rank, "exit_code": rc, "stderr_tail": tail})
 
 
+def _first_failure(reports: list[dict[str, Any]]) -> ItemResult:
+    """The earliest failure report (by the time its rank wrote it): the cause, not its consequences.
+
+    A rank that fails writes its result and exits; only then can a peer waiting on it (in a collective,
+    or still in the rendezvous on the store rank 0 hosts) fail too, with "connection reset by peer", so the
+    cause is always written first, whatever order the watchdog happens to read the files in.
+    """
+    return ItemResult.from_dict(min(reports, key=lambda line: line.get("t", 0.0)))
+
+
 def _agreed(results: list[dict[str, Any]]) -> ItemResult:
+    """One workload's outcome once every rank has reported it.
+
+    Any failure decides (ranks that failed later failed because of it); only passing verdicts that differ,
+    ``ok`` on one rank and ``wrong_answer`` on another, are a real disagreement.
+    """
+    failures = [r for r in results if r["status"] not in ("ok", "wrong_answer")]
+    if failures:
+        return _first_failure(failures)
     statuses = [r["status"] for r in results]
     if len(set(statuses)) == 1:
         return ItemResult.from_dict(results[0])
@@ -274,11 +293,7 @@ def _watch(spec: TrialSpec, ranks: list[_Rank], timeout_s: float, settle_s: floa
                 first = min(crashed, key=lambda c: c[1].exit_seen)
                 res.failed = _crash(first[0], first[1], current)
             else:
-                reports = sorted(
-                    (r.results[current] for r in ranks if current in r.results),
-                    key=lambda line: line.get("t", 0.0),
-                )
-                res.failed = ItemResult.from_dict(reports[0])
+                res.failed = _first_failure([r.results[current] for r in ranks if current in r.results])
             res.setup_failed = not all(r.setup_ok for r in ranks)
             return res
         if time.monotonic() > deadline:

@@ -71,6 +71,9 @@ def _init(spec: TrialSpec, rank: int) -> Any:
             "gloo", init_method=url, rank=rank, world_size=spec.world_size, timeout=timeout
         )
         cpu_group = dist.group.WORLD
+    # Leave the rendezvous together: a rank that finished it early could fail its set-up and exit while a
+    # slower peer still talks to the store rank 0 hosts, and that peer would fail its start-up instead.
+    dist.barrier(group=cpu_group)
     return RankContext(
         rank=rank, world_size=spec.world_size, device=device, group=dist.group.WORLD, cpu_group=cpu_group
     )

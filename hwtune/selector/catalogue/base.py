@@ -138,6 +138,8 @@ class AttentionRules:
     kv_layouts: frozenset[str] | None = None
     #: Query heads per KV head (GQA group size) the kernel handles.
     gqa_groups: IntRule | None = None
+    #: KV-cache dtypes that need a newer GPU than the backend does (e.g. fp8 in Triton needs SM 8.9).
+    kv_cache_dtype_min_cc: Mapping[str, tuple[int, int]] | None = None
     features: frozenset[Feature] | None = None
 
 

@@ -64,3 +64,15 @@ class RaisesOnFirstWorkload(AllGatherReduceScatterCandidate):
 class RefusesSetup(AllGatherReduceScatterCandidate):
     def setup(self) -> None:
         raise CandidateUnsupported("this candidate needs a frobnicator, which this host lacks")
+
+
+class RefusesSetupOnRank1WhilePeerWaits(AllGatherReduceScatterCandidate):
+    """Rank 1 refuses set-up and exits; rank 0 sits in a collective with it, so it fails only afterwards,
+    with the connection error a peer sees (a consequence, reported later than the cause)."""
+
+    def setup(self) -> None:
+        if self.ctx.rank == 1:
+            raise CandidateUnsupported("rank 1 lacks a frobnicator")
+        import torch.distributed as dist
+
+        dist.barrier(group=self.ctx.cpu_group)

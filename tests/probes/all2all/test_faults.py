@@ -71,3 +71,14 @@ def test_setup_refusal_is_unsupported_for_every_workload(fast: dict) -> None:
     assert [r.status for r in records] == ["unsupported", "unsupported"]
     assert all("needs a frobnicator" in r.message for r in records)
     assert all(r.extra["groups_spawned"] == 1 for r in records)
+
+
+def test_the_first_rank_to_fail_decides_not_its_peers_later_connection_error(fast: dict) -> None:
+    # Rank 1 refuses set-up and exits; rank 0, waiting in a collective with it, fails afterwards. Both
+    # reports arrive within the settling time, which once made this "ranks disagreed" (an error).
+    records = measure_all2all_sweep(
+        [wl(8), wl(16)], [REF], **fast, candidate_refs={REF: f"{FAULTY}:RefusesSetupOnRank1WhilePeerWaits"}
+    )
+    assert [r.status for r in records] == ["unsupported", "unsupported"], records[0].message
+    assert all(r.message == "rank 1 lacks a frobnicator" and r.extra["rank"] == 1 for r in records)
+    assert all(r.extra["groups_spawned"] == 1 for r in records)
