@@ -125,17 +125,19 @@ def _lengths(w: AttentionWorkload) -> tuple[list[int], list[int]]:
     return query, seq
 
 
-def varied_lengths(w: AttentionWorkload, seed: int) -> AttentionWorkload:
+def varied_lengths(w: AttentionWorkload, seed: int, uniform: bool = False) -> AttentionWorkload:
     """The same workload with each request's context changed a little: a second, different batch.
 
     Used to catch stale metadata: a plan or graph built for one batch must give right answers for the next.
+    ``uniform`` changes every request by the same amount, for kernels that only take uniform batches.
     """
     g = torch.Generator().manual_seed(seed)
     _, seq = _lengths(w)
     span = max(1, w.spec.block_size + 3)
     lens = []
+    common = 1 + int(torch.randint(0, span, (1,), generator=g))
     for s in seq:
-        delta = int(torch.randint(0, span, (1,), generator=g))
+        delta = common if uniform else int(torch.randint(0, span, (1,), generator=g))
         lens.append(max(w.query_len if w.phase != "decode" else w.spec.query_len_decode, s - delta))
     return replace(w, context_lens=tuple(lens))
 

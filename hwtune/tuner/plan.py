@@ -70,6 +70,19 @@ class Plan:
     time_cap_s: float = 2.0
     backends: tuple[str, ...] | None = None  # default for items that name none
 
+    def __post_init__(self) -> None:
+        """One item per workload: duplicates (a grid point listed twice) merge their backend lists."""
+        merged: dict[str, PlanItem] = {}
+        for item in self.items:
+            seen = merged.get(item.key)
+            if seen is None:
+                merged[item.key] = item
+            else:
+                both = None if seen.backends is None or item.backends is None else \
+                    tuple(dict.fromkeys(seen.backends + item.backends))
+                merged[item.key] = PlanItem(seen.workload, min(seen.level, item.level), both)
+        self.items = list(merged.values())
+
     def digest(self) -> str:
         """Stable identity of the plan's content: resuming and sharing a plan across nodes key on it."""
         payload = json.dumps([i.to_dict() for i in self.items], sort_keys=True)

@@ -62,3 +62,13 @@ def test_invalid_candidates_are_recorded_unsupported_and_never_run() -> None:
     sdpa = [r for r in recs if r.backend == "TORCH_SDPA"]
     assert sdpa and all(r.status == "unsupported" for r in sdpa)  # the crashing fake was never started
     assert any("Decode Context Parallelism" in r.message for r in sdpa)
+
+
+def test_uniform_only_kernels_get_a_uniform_second_batch() -> None:
+    from hwtune.probes.problem import varied_lengths
+
+    w = AttentionWorkload(SPEC, "decode", batch=4, context_len=100)
+    ragged = varied_lengths(w, 1).context_lens
+    uniform = varied_lengths(w, 1, uniform=True).context_lens
+    assert len(set(uniform)) == 1 and uniform[0] < 100
+    assert ragged != uniform

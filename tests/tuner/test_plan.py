@@ -115,3 +115,25 @@ def test_refinements_between_disagreeing_neighbours_come_first() -> None:
     assert first.batch in (64, 512) or first.batch > 16
     flags = [informative(i, coarse, {r.workload_key: (r.backend, r.tactic, 1.0) for r in records}) for i in ordered]
     assert flags == sorted(flags, reverse=True)  # every informative point before every uninformative one
+
+
+def test_duplicate_workloads_merge_their_backends(tmp_path: Path) -> None:
+    f = tmp_path / "dup.toml"
+    f.write_text("""
+[[attention]]
+num_heads = 8
+num_kv_heads = 2
+head_size = 64
+backends = ["FLASHINFER"]
+[[attention.decode]]
+batch = [4]
+context = [256]
+[[attention.decode]]
+batch = [4]
+context = [256]
+backends = ["FLEX_ATTENTION"]
+level = 1
+""")
+    plan = plan_from_toml(f)
+    assert len(plan.items) == 1
+    assert plan.items[0].backends == ("FLASHINFER", "FLEX_ATTENTION") and plan.items[0].level == 0
