@@ -84,6 +84,7 @@ def backends(
     kind: Optional[str] = typer.Option(None, "--kind", "-k", help="attention or all2all (default: both)."),
     device: str = DeviceOpt,
     assume_installed: bool = AssumeInstalledOpt,
+    markdown: bool = typer.Option(False, "--markdown", help="Print the catalogue's facts as Markdown tables."),
     json_out: bool = JsonOpt,
 ) -> None:
     """List the catalogue: each backend, its tactics, and whether it can run here (or on --device)."""
@@ -92,6 +93,11 @@ def backends(
     if kind not in (None, "attention", "all2all"):
         raise InvalidSpecError(f"unknown --kind {kind!r}; known: attention, all2all")
     kinds = [kind] if kind else ["attention", "all2all"]
+    if markdown:
+        from hwtune.selector.catalogue.doc import markdown as render
+
+        print(render(kinds), end="")
+        return
     rows = [(b, _device_reasons(b, device, assume_installed)) for k in kinds for b in catalogue.backends(k)]
     if json_out:
         emit_json([_backend_json(b, reasons) for b, reasons in rows])
