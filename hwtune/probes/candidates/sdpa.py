@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from hwtune.probes.candidates.base import Candidate, Runner, Unsupported
-from hwtune.probes.problem import AttentionProblem
+from hwtune.probes.problem import AttentionProblem, _cumsum
 from hwtune.selector.types import AttentionWorkload
 
 _KERNELS = {
@@ -101,14 +101,6 @@ class SdpaRunner(Runner):
                 raise Unsupported(f"SDPA {self.tactic} kernel refused this shape: {str(exc).splitlines()[0]}") from None
             raise
         self.out.copy_(o.transpose(1, 2)[self.q_valid])
-
-
-def _cumsum(xs: list[int]) -> list[int]:
-    out, acc = [], 0
-    for x in xs:
-        acc += x
-        out.append(acc)
-    return out
 
 
 class SdpaCandidate(Candidate):
