@@ -76,3 +76,24 @@ class RefusesSetupOnRank1WhilePeerWaits(AllGatherReduceScatterCandidate):
         import torch.distributed as dist
 
         dist.barrier(group=self.ctx.cpu_group)
+
+
+class ExitsInTheFinalBarrierOnRank1(AllGatherReduceScatterCandidate):
+    """Rank 1 exits (code 0) in the worker's final barrier, after it reported every workload."""
+
+    def setup(self) -> None:
+        super().setup()
+        if self.ctx.rank != 1:
+            return
+        import sys
+
+        import torch.distributed as dist
+
+        real = dist.barrier
+
+        def barrier(*args: object, **kwargs: object) -> object:
+            if sys._getframe(1).f_code.co_name == "main":  # the worker's own barrier, not a timing one
+                os._exit(0)
+            return real(*args, **kwargs)
+
+        dist.barrier = barrier  # type: ignore[assignment]
