@@ -11,7 +11,9 @@ The watchdog polls the ranks and their JSON-lines result files:
   report (a peer's "connection reset" is a consequence, not the cause);
 * a rank reports an error and exits (its peers may be stuck in a collective) -> that error, after a short
   settling time for the others to report, and the group is killed. Whether the peers' own errors (their
-  "connection reset" once it left) arrive within that time or not, the earliest report is the cause.
+  "connection reset" once it left) arrive within that time or not, the earliest report is the cause;
+* a rank dies or hangs after every workload has its agreed result (final barrier, teardown) -> the
+  results stand, each with a note naming the ranks that did not finish.
 
 After a workload ended a group, the remaining workloads start in a new group; a failure during set-up
 ends the backend's trial (every workload would meet it). Nothing here imports torch.
@@ -247,6 +249,32 @@ def _run_group(
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _after_last(res: _GroupResult, ranks: list[_Rank]) -> _GroupResult:
+    """Every workload has its agreed result, but not every rank finished (it died or hung in the final
+    barrier or teardown).
+
+    That cannot change results every rank already agreed on, and there is no workload to charge it to, so
+    it becomes a note on the results. Which rank went first cannot be told once a peer's consequential
+    failure lands in the same poll, so the note names every rank that did not finish and how it ended.
+    """
+    said = []
+    for i, r in enumerate(ranks):
+        if r.done:
+            continue
+        rc = r.exit
+        if rc is None:
+            how = "had not finished and was killed"
+        elif rc < 0:
+            how = f"was killed by signal {-rc} ({signal_name(-rc)})"
+        else:
+            how = f"exited with code {rc}"
+        said.append(f"rank {i} {how}")
+    note = "after every workload had its result, not every rank finished: " + ", ".join(said)
+    for item in res.completed:
+        item.extra["after_last_workload"] = note
+    return res
+
+
 def _watch(spec: TrialSpec, ranks: list[_Rank], timeout_s: float, settle_s: float) -> _GroupResult:
     n = len(spec.items)
     res = _GroupResult(completed=[], pids=[r.proc.pid for r in ranks])
@@ -282,6 +310,8 @@ def _watch(spec: TrialSpec, ranks: list[_Rank], timeout_s: float, settle_s: floa
         if ended and trouble_since is None:
             trouble_since = time.monotonic()
         if trouble_since is not None and time.monotonic() - trouble_since >= settle_s:
+            if current == n:
+                return _after_last(res, ranks)
             crashed = [
                 (i, r)
                 for i, r in enumerate(ranks)
@@ -297,6 +327,8 @@ def _watch(spec: TrialSpec, ranks: list[_Rank], timeout_s: float, settle_s: floa
             res.setup_failed = not all(r.setup_ok for r in ranks)
             return res
         if time.monotonic() > deadline:
+            if current == n:
+                return _after_last(res, ranks)
             waiting = [i for i, r in enumerate(ranks) if current not in r.results]
             tails = {i: stderr_tail(ranks[i].err, 5) for i in waiting}
             where = _where(ranks[waiting[0]], current) if waiting else f"during workload {current}"
