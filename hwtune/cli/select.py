@@ -29,9 +29,19 @@ class Format(str, Enum):
 BackendOpt = typer.Option(None, "--backend", "-b", help="Ask for this backend; an error if it is not valid here.")
 ExplainOpt = typer.Option(False, "--explain", help="Show every rank's source and every rejection's reasons.")
 FormatOpt = typer.Option(Format.text, "--format", help="text, json, or the engine's flags (vllm, sglang).")
+DbOpt = typer.Option(None, "--db", help="Store to rank from (default: HWTUNE_DATABASE_URL, else the local store; "
+                     "'none' for static priorities only).")
+MaxSeqsOpt = typer.Option(256, "--max-num-seqs", help="The engine's largest decode batch (workload mix).")
+ProfileOpt = typer.Option("balanced", "--profile",
+                          help="decode-heavy, balanced, prefill-heavy, or a JSON/TOML file of mix weights.")
+PerPhaseOpt = typer.Option(False, "--per-phase", help="Also recommend a decode and a prefill backend separately.")
 
 
-def _print(selection: Selection, json_out: bool, explain: bool, fmt: Format) -> None:
+def _db(db: Optional[str]) -> str | bool | None:
+    return False if db is not None and db.strip().lower() == "none" else db
+
+
+def _print(selection: Selection, json_out: bool, explain: bool, fmt: Format, per_phase: bool = False) -> None:
     if json_out or fmt is Format.json:
         emit_json(selection.to_dict())
         return
@@ -48,6 +58,16 @@ def _print(selection: Selection, json_out: bool, explain: bool, fmt: Format) -> 
     console.print(f"{selection.kind}: [bold]{selection.backend}[/] (tactic {selection.tactic}) "
                   f"on {selection.device.describe()}")
     console.print(f"  valid, in order: {ranked}", markup=False)
+    if per_phase:
+        phases = selection.per_phase or {p: selection.backend for p in selection.tactics}
+        for phase, backend in phases.items():
+            rank = next((r for r in selection.ranked if r.backend == backend), None)
+            tactic = rank.tactics.get(phase, "") if rank else ""
+            console.print(f"  {phase}: [bold]{backend}[/] (tactic {tactic})")
+        if not selection.per_phase:
+            console.print("  (per-phase ranking needs measurements; these are the static choice)", markup=False)
+    for note in selection.notes:
+        console.print(f"  note: {note}", markup=False)
     if selection.rejected:
         console.print(f"  rejected: {', '.join(selection.rejected)} (--explain for reasons)", markup=False)
     print(selection.backend)
@@ -75,6 +95,11 @@ def attention(
     device: str = DeviceOpt,
     assume_installed: bool = AssumeInstalledOpt,
     backend: Optional[str] = BackendOpt,
+    db: Optional[str] = DbOpt,
+    max_num_seqs: int = MaxSeqsOpt,
+    max_model_len: int = typer.Option(32768, "--max-model-len", help="The engine's longest context (mix)."),
+    profile: str = ProfileOpt,
+    per_phase: bool = PerPhaseOpt,
     explain: bool = ExplainOpt,
     fmt: Format = FormatOpt,
     json_out: bool = JsonOpt,
@@ -82,8 +107,9 @@ def attention(
     """Select the attention backend for a model (--model) or explicit head counts."""
     spec = S.build_attention_spec(model, tp, num_heads, num_kv_heads, head_size, dtype, kv_cache_dtype,
                                   block_size, kv_layout, dcp, pcp, spec_tokens, sinks, sliding_window, soft_cap, mla)
-    _print(select_attention(spec, device=device, backend=backend, assume_installed=assume_installed),
-           json_out, explain, fmt)
+    _print(select_attention(spec, device=device, backend=backend, assume_installed=assume_installed, db=_db(db),
+                            max_num_seqs=max_num_seqs, max_model_len=max_model_len, profile=profile),
+           json_out, explain, fmt, per_phase)
 
 
 @app.command("all2all")
@@ -99,6 +125,9 @@ def all2all(
     device: str = DeviceOpt,
     assume_installed: bool = AssumeInstalledOpt,
     backend: Optional[str] = BackendOpt,
+    db: Optional[str] = DbOpt,
+    max_num_seqs: int = MaxSeqsOpt,
+    profile: str = ProfileOpt,
     explain: bool = ExplainOpt,
     fmt: Format = FormatOpt,
     json_out: bool = JsonOpt,
@@ -112,5 +141,6 @@ def all2all(
                            topk=topk if topk is not None else 8,
                            hidden_size=hidden_size if hidden_size is not None else 7168,
                            quant_dtype=quant_dtype, num_nodes=num_nodes)
-    _print(select_all2all(spec, device=device, backend=backend, assume_installed=assume_installed),
+    _print(select_all2all(spec, device=device, backend=backend, assume_installed=assume_installed, db=_db(db),
+                          max_num_seqs=max_num_seqs, profile=profile),
            json_out, explain, fmt)

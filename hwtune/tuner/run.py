@@ -196,7 +196,7 @@ class Tuner:
                         state = self.store.queue_state(queue_id)
                         if state.get("claimed", 0):  # other nodes are still working: wait for them or their leases
                             self.progress("wait", report.items_done, total, "waiting for other nodes' items")
-                            time.sleep(min(10.0, self.opts.lease_s / 4))
+                            time.sleep(min(0.5, self.opts.lease_s / 10))  # short: this is the plan's tail
                             continue
                         break
                     key, payload = claimed[0]

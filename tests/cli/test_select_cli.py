@@ -101,3 +101,24 @@ def test_console_script_and_module_entry_points() -> None:
     out = subprocess.run([sys.executable, "-m", "hwtune", "select", "attention", *HEADS, "--device", "cpu",
                           "--json"], capture_output=True, text=True)
     assert out.returncode == 0 and json.loads(out.stdout)["backend"] == "TORCH_SDPA"
+
+
+def test_select_from_a_store_with_per_phase(tmp_path) -> None:
+    from hwtune.db.store import Store
+    from hwtune.selector.select import _cached
+    from tests.selector.test_measured import base, grid
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with Store.open(url) as s:
+        s.write(grid(base))
+    _cached.cache_clear()
+    res = run("select", "attention", *HEADS, "--device", "h100", "--assume-installed", "--db", url, "--json")
+    data = json.loads(res.stdout)
+    assert res.exit_code == 0 and data["backend"] == "FLASHINFER"
+    assert data["ranked"][0]["source"] in ("measured", "interpolated") and data["dispatch"]
+    assert data["per_phase"] == {"decode": "FLASHINFER", "prefill": "FLASHINFER"}
+    res = run("select", "attention", *HEADS, "--device", "h100", "--assume-installed", "--db", url, "--per-phase")
+    assert "decode: FLASHINFER" in res.stderr and "prefill: FLASHINFER" in res.stderr
+    res = run("select", "attention", *HEADS, "--device", "h100", "--assume-installed", "--db", "none", "--json")
+    assert all(r["source"] == "static" for r in json.loads(res.stdout)["ranked"])
+    _cached.cache_clear()
