@@ -59,6 +59,12 @@ class Selection:
     notes: tuple[str, ...] = ()
     per_phase: Mapping[str, str] = field(default_factory=dict)
     dispatch: tuple[DispatchEntry, ...] = ()
+    _table: tuple = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        from hwtune.selector.dispatch import build_table
+
+        object.__setattr__(self, "_table", build_table(self.dispatch))  # frozen: set once, here
 
     @property
     def tactic(self) -> str:
