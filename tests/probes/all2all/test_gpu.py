@@ -38,6 +38,11 @@ def test_flashinfer_candidates_are_correct_or_say_why(quant: str) -> None:
     )
     for r in recs:
         print(r.backend, quant, r.workload["tokens_per_rank"], r.status, r.message[:300])
+        if (r.backend, r.workload["tokens_per_rank"], r.status) == ("flashinfer_nvlink_one_sided", 1, "error"):
+            # FlashInfer 0.6.18 on H200 x2: "CUDA error: misaligned address" at EP 2 with 1 token per rank,
+            # every dtype (docs/all2all.md). Recorded as an error with the message, never as a result.
+            assert "misaligned address" in r.message, r.message
+            continue
         assert r.status in ("ok", "unsupported"), (r.backend, quant, r.status, r.message)
         assert r.status == "ok" or r.message
 
