@@ -42,6 +42,9 @@ from hwtune.probes.kernels.configs import workspace_size
 DEV = "cuda"
 H_Q, H_KV, D = 32, 8, 128  # Llama-3-8B-like attention
 RESULTS: dict = {}
+#: FlashInfer tactics to compare with (``--fi-decode`` / ``--fi-prefill``): each costs a JIT build on first use
+FI_DECODE: set[str] = {"fa2", "fa2-tc", "fa3-tc"}
+FI_PREFILL: set[str] = {"fa2", "fa3"}
 
 
 # --- timing ------------------------------------------------------------------------------------------------------
@@ -175,6 +178,8 @@ def flashinfer_decode_calls(p: dict) -> dict[str, Callable[[], object]]:
     calls = {}
     for name, kw in (("fa2", {}), ("fa2-tc", {"use_tensor_cores": True}),
                      ("fa3-tc", {"use_tensor_cores": True, "backend": "fa3"})):
+        if name not in FI_DECODE:
+            continue
         try:
             wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
                 torch.empty(256 * 2**20, dtype=torch.uint8, device=DEV), p["layout"], **kw)
@@ -268,6 +273,8 @@ def flashinfer_prefill_calls(p: dict) -> dict[str, Callable[[], object]]:
     last = torch.full((p["batch"],), p["ctx"] - (pages - 1) * p["page"], dtype=torch.int32, device=DEV)
     calls = {}
     for name in ("fa2", "fa3"):
+        if name not in FI_PREFILL:
+            continue
         try:
             w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
                 torch.empty(256 * 2**20, dtype=torch.uint8, device=DEV), p["layout"], backend=name)
@@ -465,6 +472,9 @@ def main() -> int:
     ap.add_argument("--tune", action="store_true", help="also search config_space on headline shapes (slower)")
     ap.add_argument("--page", type=int, default=16, help="page (block) size, default 16")
     ap.add_argument("--inner", type=int, default=5, help="launches per CUDA-graph replay")
+    ap.add_argument("--fi-decode", default="fa2,fa2-tc,fa3-tc",
+                    help="FlashInfer decode tactics to compare with (comma-separated; 'none' for none)")
+    ap.add_argument("--fi-prefill", default="fa2,fa3", help="FlashInfer prefill tactics ('none' for none)")
     ap.add_argument("--reps", type=int, default=30, help="timed replays per measurement (median)")
     args = ap.parse_args()
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
@@ -472,6 +482,9 @@ def main() -> int:
     if unknown:
         print(f"unknown section(s) {unknown}; choose from {list(SECTIONS)}", file=sys.stderr)
         return 2
+    global FI_DECODE, FI_PREFILL
+    FI_DECODE = {t for t in args.fi_decode.split(",") if t and t != "none"}
+    FI_PREFILL = {t for t in args.fi_prefill.split(",") if t and t != "none"}
     RESULTS["env"] = {"torch": torch.__version__, "triton": __import__("triton").__version__,
                       "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "page": args.page}
     if sections != ["quantizer"]:

@@ -47,7 +47,7 @@ class TurboQuantRunner(Runner):
         spec = p.spec
         if self.cache is None:
             self.cache = self.tq.allocate_cache(p.kv_cache.shape[0], p.page_size, spec.num_kv_heads,
-                                                spec.head_size, self.bits, p.q.device)
+                                                spec.head_size, self.bits, p.q.device, layout=p.layout)
             self.slots = torch.arange(p.kv_cache.shape[0] * p.page_size, device=p.q.device)
         k, v = self._source(p)
         self.tq.write(self.cache, k.contiguous(), v.contiguous(), self.slots)

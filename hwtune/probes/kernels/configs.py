@@ -86,14 +86,20 @@ def decode_block_m(max_query_len: int, gqa_group: int) -> int:
 
 
 def prefill_block_m(head_size: int, gqa_group: int) -> int:
-    return max(64 if head_size > 128 else 128, next_pow2(gqa_group))
+    """Query rows per prefill tile: 128 for head 96/128; 64 for head 256 (shared memory) and head 64
+    (H100, 4096-token causal prefill, MHA 16 heads: 157 us with 64 rows x 4 warps vs 237 with 128 x 8)."""
+    return max(128 if 64 < head_size <= 128 else 64, next_pow2(gqa_group))
 
 
-def choose_num_splits(*, programs: int, max_seq_len: int, num_sms: int, decode: bool) -> int:
-    """KV splits so that ``programs * splits`` reaches about 8 (decode) or 2 (prefill) programs per SM,
-    keeping at least MIN_TOKENS_PER_SPLIT (decode) or 2048 (prefill) tokens per split."""
+def choose_num_splits(*, programs: int, max_seq_len: int, num_sms: int, decode: bool,
+                      per_sm: int | None = None, min_tokens: int | None = None) -> int:
+    """KV splits so that ``programs * splits`` reaches about ``per_sm`` programs per SM (default 8 for
+    decode, 2 for prefill), keeping at least ``min_tokens`` tokens per split (default MIN_TOKENS_PER_SPLIT
+    for decode, 2048 for prefill)."""
     programs = max(1, programs)
-    per_sm, min_tokens = (8, MIN_TOKENS_PER_SPLIT) if decode else (2, 2048)
+    default_per_sm, default_min = (8, MIN_TOKENS_PER_SPLIT) if decode else (2, 2048)
+    per_sm = per_sm or default_per_sm
+    min_tokens = min_tokens or default_min
     target = per_sm * max(1, num_sms)
     if programs >= target:
         return 1
@@ -138,8 +144,58 @@ def default_config(
     splits = choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=False)
     if head_size == 256:
         return TritonAttnConfig(block_n=32, num_splits=splits, num_warps=4, num_stages=2, block_m=block_m)
-    return TritonAttnConfig(block_n=64, num_splits=splits, num_warps=8 if block_m >= 128 else 4,
+    if head_size == 64:  # measured best on the H100 of config_space (2026-11-21)
+        return TritonAttnConfig(block_n=64, num_splits=splits, num_warps=4 if block_m <= 64 else 8,
+                                num_stages=2, block_m=block_m)
+    # head 96/128: 128-token KV tiles (4096-token causal prefill on an H100: 392 us vs 457 with 64-token
+    # tiles, 2026-11-21)
+    block_n = 128 if block_m >= 128 else 64
+    return TritonAttnConfig(block_n=block_n, num_splits=splits, num_warps=8 if block_m >= 128 else 4,
                             num_stages=3, block_m=block_m)
+
+
+TQ_TILE_BYTES = 16384
+"""TURBOQUANT decode reads about this many bytes of K codes per KV tile (4-bit head 128: 256 tokens), the
+size of TRITON_ATTN's bf16 tile: with 4x smaller rows, 64-token tiles spent their time on per-tile work
+(four small dots, scale loads) rather than on memory (H100, 16 x 32k: 780 us with 64-token tiles, 538
+with 256; 2026-11-21)."""
+
+
+def turboquant_config(
+    *,
+    bits: int,
+    phase: str,
+    batch: int,
+    max_query_len: int,
+    max_seq_len: int,
+    head_size: int,
+    gqa_group: int,
+    num_sms: int,
+    num_kv_heads: int | None = None,
+) -> TritonAttnConfig:
+    """TURBOQUANT's "auto" tactic. Decode: KV tiles of about ``TQ_TILE_BYTES`` of codes (32..256 tokens),
+    4 warps, 3 stages, and fewer splits than TRITON_ATTN (about 3 programs per SM, about 4 tiles per split):
+    bigger tiles already keep each SM busy. Prefill-style launches keep the configuration TURBOQUANT was
+    verified with (64-token KV tiles; 32 for head 256)."""
+    if bits not in (4, 8):
+        raise ValueError(f"TURBOQUANT codes are 4 or 8 bits, got {bits}")
+    if phase not in ("decode", "prefill", "mixed"):
+        raise ValueError(f"phase must be 'decode', 'prefill' or 'mixed', got {phase!r}")
+    _validate_head_size(head_size)
+    kv_heads = num_kv_heads or 1
+    if not is_decode_shape(max_query_len):
+        block_m = max(64 if head_size > 128 else 128, next_pow2(gqa_group))
+        programs = batch * kv_heads * cdiv(max_query_len, max(1, block_m // gqa_group))
+        splits = choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=False)
+        return TritonAttnConfig(block_n=32 if head_size == 256 else 64, num_splits=splits,
+                                num_warps=8 if block_m >= 128 else 4, num_stages=2 if head_size == 256 else 3,
+                                block_m=block_m)
+    block_n = max(32, min(256, next_pow2(TQ_TILE_BYTES // (head_size * bits // 8))))
+    block_q = max(1, decode_block_m(max_query_len, gqa_group) // gqa_group)
+    programs = batch * kv_heads * cdiv(max(1, max_query_len), block_q)
+    splits = choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=True,
+                               per_sm=3, min_tokens=4 * block_n)
+    return TritonAttnConfig(block_n=block_n, num_splits=splits, num_warps=4, num_stages=3)
 
 
 def config_space(

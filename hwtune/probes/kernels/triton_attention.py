@@ -49,18 +49,28 @@ KV_DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn)
 
 @triton.jit
 def _kv_tile(acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs_n, offs_d, d_ok,
-             stride_kb, stride_kt, stride_vb, stride_vt, scale_log2,
+             k_in_page, v_in_page, stride_kb, stride_kt, stride_vb, stride_vt, scale_log2,
              BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr, D_PADDED: tl.constexpr):
-    """One KV tile of the online softmax (scores in log2 units)."""
+    """One KV tile of the online softmax (running max ``m_i`` in log2 units).
+
+    The scale is applied in one FMA (``qk * scale - m``) rather than scaling the score tile first: prefill
+    is bound by the work per score element, not the loads. ``k_in_page``/``v_in_page`` are the in-page
+    offsets of the tile's positions, used when tiles start on page boundaries (``BLOCK_N % PAGE_SIZE ==
+    0``); otherwise (a page of 48 or 128 tokens, say) they are computed per tile."""
     pos = j * BLOCK_N + offs_n
+    if BLOCK_N % PAGE_SIZE == 0:
+        page_idx = j * (BLOCK_N // PAGE_SIZE) + offs_n // PAGE_SIZE
+    else:
+        page_idx = pos // PAGE_SIZE
+        k_in_page = (pos % PAGE_SIZE).to(tl.int64) * stride_kt
+        v_in_page = (pos % PAGE_SIZE).to(tl.int64) * stride_vt
     if MASKED:
         n_ok = pos < kv_end
-        blk = tl.load(bt_row + pos // PAGE_SIZE, mask=n_ok, other=0).to(tl.int64)
+        blk = tl.load(bt_row + page_idx, mask=n_ok, other=0).to(tl.int64)
     else:
-        blk = tl.load(bt_row + pos // PAGE_SIZE).to(tl.int64)
-    in_page = pos % PAGE_SIZE
-    k_off = blk * stride_kb + in_page * stride_kt
-    v_off = blk * stride_vb + in_page * stride_vt
+        blk = tl.load(bt_row + page_idx).to(tl.int64)
+    k_off = blk * stride_kb + k_in_page
+    v_off = blk * stride_vb + v_in_page
     if MASKED or D_PADDED:
         if MASKED:
             ld_mask = n_ok[:, None] & d_ok[None, :]
@@ -71,13 +81,16 @@ def _kv_tile(acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs
     else:
         k = tl.load(k_base + k_off[:, None] + offs_d[None, :])
         v = tl.load(v_base + v_off[:, None] + offs_d[None, :])
-    qk = tl.dot(q, tl.trans(k.to(q.dtype))) * scale_log2
+    qk = tl.dot(q, tl.trans(k.to(q.dtype)))
     if MASKED:
         keep = (pos[None, :] <= rows_pos[:, None]) & n_ok[None, :]
-        qk = tl.where(keep, qk, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(qk, 1))
+        qk = tl.where(keep, qk * scale_log2, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.exp2(qk - m_new[:, None])
+    else:
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * scale_log2)
+        p = tl.exp2(qk * scale_log2 - m_new[:, None])
     alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(qk - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = tl.dot(p.to(q.dtype), v.to(q.dtype), acc=acc * alpha[:, None])
     return acc, m_new, l_i
@@ -125,17 +138,20 @@ def _paged_attn_kernel(
     k_base = k_ptr + kv_head.to(tl.int64) * stride_kh
     v_base = v_ptr + kv_head.to(tl.int64) * stride_vh
     offs_n = tl.arange(0, BLOCK_N)
+    # in-page offsets of a tile's positions: the same for every tile when tiles start on page boundaries
+    k_in_page = (offs_n % PAGE_SIZE).to(tl.int64) * stride_kt
+    v_in_page = (offs_n % PAGE_SIZE).to(tl.int64) * stride_vt
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     m_i = tl.full([BLOCK_M], -1.0e30, tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     for j in range(t0, tl.minimum(t1, full_end)):
         acc, m_i, l_i = _kv_tile(acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs_n,
-                                 offs_d, d_ok, stride_kb, stride_kt, stride_vb, stride_vt, scale_log2,
-                                 BLOCK_N, PAGE_SIZE, False, BLOCK_D != HEAD_D)
+                                 offs_d, d_ok, k_in_page, v_in_page, stride_kb, stride_kt, stride_vb, stride_vt,
+                                 scale_log2, BLOCK_N, PAGE_SIZE, False, BLOCK_D != HEAD_D)
     for j in range(tl.maximum(t0, full_end), t1):
         acc, m_i, l_i = _kv_tile(acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs_n,
-                                 offs_d, d_ok, stride_kb, stride_kt, stride_vb, stride_vt, scale_log2,
-                                 BLOCK_N, PAGE_SIZE, True, BLOCK_D != HEAD_D)
+                                 offs_d, d_ok, k_in_page, v_in_page, stride_kb, stride_kt, stride_vb, stride_vt,
+                                 scale_log2, BLOCK_N, PAGE_SIZE, True, BLOCK_D != HEAD_D)
     acc = acc * v_scale
     store_result(acc, m_i, l_i, rows_tok, head, row_ok, offs_d, d_ok, split,
                  out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,

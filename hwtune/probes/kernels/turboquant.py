@@ -29,7 +29,7 @@ from hwtune.probes.kernels._common import (
     plan_launch,
     split_buffers,
 )
-from hwtune.probes.kernels.configs import TritonAttnConfig, cdiv, default_config
+from hwtune.probes.kernels.configs import TritonAttnConfig, cdiv, turboquant_config
 from hwtune.probes.kernels.turboquant_kernels import tq_attn_kernel, tq_write_kernel
 
 HEAD_SIZES = (64, 128, 256)
@@ -236,9 +236,10 @@ def paged_attention(
         return  # nothing to attend (host ints: no sync)
     group = num_heads // cache.num_kv_heads
     if config is None:
-        config = default_config(phase="decode" if max_query_len <= 1 else "mixed", batch=batch,
-                                max_query_len=max_query_len, max_seq_len=max_seq_len, head_size=head_size,
-                                gqa_group=group, num_sms=num_sms(q.device), num_kv_heads=cache.num_kv_heads)
+        config = turboquant_config(bits=cache.bits, phase="decode" if max_query_len <= 1 else "mixed",
+                                   batch=batch, max_query_len=max_query_len, max_seq_len=max_seq_len,
+                                   head_size=head_size, gqa_group=group, num_sms=num_sms(q.device),
+                                   num_kv_heads=cache.num_kv_heads)
     plan = plan_launch(config, num_tokens=num_tokens, batch=batch, max_query_len=max_query_len,
                        head_size=head_size, gqa_group=group)
     splits = plan.num_splits

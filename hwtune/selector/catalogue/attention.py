@@ -360,7 +360,7 @@ TURBOQUANT = Backend(
         kv_cache_dtypes=fs("turboquant_4bit", "turboquant_8bit"),
         head_sizes=ints(64, 128, 256),
         block_sizes=multiple_of(16, 16, 128),
-        kv_layouts=fs("NHD"),
+        kv_layouts=fs("NHD", "HND"),
         gqa_groups=multiple_of(1),
         features=fs(F.DECODE_LSE, F.SPEC_DECODE),
     ),
@@ -373,7 +373,8 @@ TURBOQUANT = Backend(
         "kv_cache_dtypes": "hwtune/probes/kernels/turboquant.py: the only backend declaring turboquant_*",
         "head_sizes": "Hadamard rotation needs a power-of-two head size",
         "block_sizes": "hwtune/probes/kernels/turboquant.py: page sizes 16 to 128",
-        "kv_layouts": "hwtune/probes/kernels/turboquant.py: codes stored token-major (NHD)",
+        "kv_layouts": "hwtune/probes/kernels/turboquant.py: allocate_cache(layout='NHD' | 'HND'); both "
+                      "pass tests/probes/kernels/test_gpu.py on an H100 (HND decodes faster: docs/kernels.md)",
         "gqa_groups": "hwtune/probes/kernels/turboquant.py",
         "features": "hwtune/probes/kernels/turboquant.py returns LSE; multi-token decode queries",
         "packages": "triton",

@@ -12,6 +12,7 @@ from hwtune.probes.kernels.configs import (
     config_space,
     decode_block_m,
     default_config,
+    turboquant_config,
     workspace_size,
 )
 from hwtune.selector.catalogue.attention import TRITON_ATTN, TURBOQUANT
@@ -64,10 +65,13 @@ def test_splits_never_exceed_the_cap() -> None:
 def test_prefill_uses_big_query_tiles_and_no_split_when_the_grid_is_full() -> None:
     cfg = default_config(phase="prefill", batch=4, max_query_len=4096, max_seq_len=4096, head_size=128,
                          gqa_group=4, num_sms=132, num_kv_heads=8)
-    assert cfg.block_m == 128 and cfg.num_splits == 1 and cfg.num_warps == 8
+    assert cfg.block_m == 128 and cfg.num_splits == 1 and cfg.num_warps == 8 and cfg.block_n == 128
     big = default_config(phase="prefill", batch=1, max_query_len=4096, max_seq_len=4096, head_size=256,
                          gqa_group=1, num_sms=132, num_kv_heads=8)
     assert big.block_m == 64 and big.block_n == 32
+    small = default_config(phase="prefill", batch=1, max_query_len=4096, max_seq_len=4096, head_size=64,
+                           gqa_group=1, num_sms=132, num_kv_heads=16)
+    assert (small.block_m, small.block_n, small.num_warps, small.num_stages) == (64, 64, 4, 2)
 
 
 def test_decode_block_m_holds_all_rows_of_a_request() -> None:
@@ -114,3 +118,32 @@ def test_catalogue_declares_what_the_kernels_implement() -> None:
     assert {h for h in range(1, 513) if tq.head_sizes.allows(h)} == set(turboquant.HEAD_SIZES)
     assert {b for b in range(1, 257) if tq.block_sizes.allows(b)} == set(range(16, 129, 16))
     assert set(tq.kv_cache_dtypes) == set(turboquant.KV_CACHE_DTYPES)
+
+
+def _tq(bits: int, head_size: int, batch: int, max_seq_len: int, max_query_len: int = 1) -> TritonAttnConfig:
+    return turboquant_config(bits=bits, phase="decode", batch=batch, max_query_len=max_query_len,
+                             max_seq_len=max_seq_len, head_size=head_size, gqa_group=4, num_sms=132,
+                             num_kv_heads=8)
+
+
+@pytest.mark.parametrize(("bits", "head_size", "block_n"), [(4, 128, 256), (8, 128, 128), (4, 64, 256),
+                                                            (8, 64, 256), (4, 256, 128), (8, 256, 64)])
+def test_turboquant_decode_tiles_hold_about_16_kib_of_codes(bits: int, head_size: int, block_n: int) -> None:
+    assert _tq(bits, head_size, batch=16, max_seq_len=32768).block_n == block_n
+
+
+def test_turboquant_splits_fewer_than_triton_attn_and_keep_four_tiles_per_split() -> None:
+    # the shapes measured on the H100 (2026-11-21): 16 x 32k best at 4 splits, 64 x 8k at 1
+    assert _tq(4, 128, batch=16, max_seq_len=32768).num_splits == 4
+    assert _tq(4, 128, batch=64, max_seq_len=8192).num_splits == 1
+    long = _tq(4, 128, batch=1, max_seq_len=131072)
+    assert 1 < long.num_splits <= 131072 // (4 * long.block_n)
+    assert _tq(4, 128, batch=1, max_seq_len=1000).num_splits == 1  # under 4 tiles of 256: one split
+
+
+def test_turboquant_prefill_keeps_its_verified_tiles_and_rejects_other_widths() -> None:
+    cfg = turboquant_config(bits=4, phase="prefill", batch=1, max_query_len=4096, max_seq_len=4096,
+                            head_size=128, gqa_group=4, num_sms=132, num_kv_heads=8)
+    assert (cfg.block_n, cfg.block_m, cfg.num_warps) == (64, 128, 8)
+    with pytest.raises(ValueError, match="4 or 8 bits"):
+        _tq(3, 128, batch=1, max_seq_len=4096)
