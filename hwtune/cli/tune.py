@@ -84,7 +84,13 @@ def tune(
         raise InvalidSpecError("--lease must be at least 3 seconds (the heartbeat renews it every lease/3)")
     if resume and fresh:
         raise InvalidSpecError("--resume continues a run and --fresh starts over: give one")
+    if device not in ("auto", "cuda", "cpu"):
+        raise InvalidSpecError(f"--device takes auto, cuda or cpu, not {device!r} (to plan for another GPU "
+                               "model without it, use `hwtune select --device NAME`; tuning measures this node)")
     profile = detect()
+    if device == "cuda" and not profile.is_cuda:
+        raise InvalidSpecError("--device cuda: no NVIDIA GPU was found on this node (NVML saw none); "
+                               "run on the GPU node, or use --device cpu to exercise the pipeline on the CPU")
     if device == "cpu" or (device == "auto" and not profile.is_cuda):
         profile = CPU_PROFILE
     overrides = dict(kv_cache_dtype=kv_cache_dtype, block_size=block_size, kv_layout=kv_layout, dcp_size=dcp,

@@ -121,3 +121,12 @@ def test_two_nodes_share_one_plan(shared_url: str, plan_file: Path) -> None:
     with Store.open(shared_url, read_only=True, create=False) as store:
         recs = store.measurements()
     assert len(recs) == 6 and len({(r.workload_key, r.backend, r.tactic) for r in recs}) == 6
+
+
+def test_tune_refuses_an_unknown_device_instead_of_tuning_the_cpu(tmp_path: Path) -> None:
+    """``--device H100`` once fell through to a CPU plan; it must stop with exit 2 and say what is accepted."""
+    cmd = [sys.executable, "-m", "hwtune", "tune", "--quick", "--dry-run", "--device", "H100",
+           "--db", f"sqlite:///{tmp_path / 't.db'}"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "--device takes auto, cuda or cpu, not 'H100'" in res.stderr
