@@ -129,6 +129,8 @@ def _select(
         ranked, per_phase = measured_rank(static, evidence, mix)
     if not any(r.source != "static" for r in ranked):
         notes.append(f"static priorities for {describe_family(device.family)}")
+    for b in valid:  # measured run-time failure modes the spec cannot rule out: say how to avoid them
+        notes += [f"{b.name}: {h.message} ({h.source})" for h in b.hazards if h.applies(spec)]
 
     if requested_backend is not None:
         if requested_backend.name in rejections:

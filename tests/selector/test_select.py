@@ -187,3 +187,17 @@ def test_warm_selection_is_fast() -> None:
         hwtune.select_attention(LLAMA, device="h100", assume_installed=True)
     per_call_us = (time.perf_counter() - t0) / n * 1e6
     assert per_call_us < 20, f"warm selection took {per_call_us:.1f} us"
+
+
+def test_a_measured_hazard_is_told_where_it_applies_and_only_there() -> None:
+    """FlashInfer one-sided failed at EP 2 for odd token counts (H200 x2): the spec cannot rule that out, so
+    selection keeps it valid and tells the engine to pad; at EP 4 nothing is said."""
+    ep2 = hwtune.select_all2all(All2AllSpec(2, 256, 8, 7168, "nvfp4"), device="b200", assume_installed=True)
+    assert ep2.backend == "flashinfer_nvlink_one_sided"
+    said = [n for n in ep2.notes if n.startswith("flashinfer_nvlink_one_sided:")]
+    assert len(said) == 1 and "pad each rank's batch to an even number of tokens" in said[0]
+    assert "pad each rank's batch" in ep2.explain()
+    ep4 = hwtune.select_all2all(All2AllSpec(4, 256, 8, 7168, "nvfp4"), device="b200", assume_installed=True)
+    assert not [n for n in ep4.notes if "pad each rank's batch" in n]
+    bf16 = hwtune.select_all2all(All2AllSpec(2, 256, 8, 7168, "bf16"), device="b200", assume_installed=True)
+    assert not [n for n in bf16.notes if "pad each rank's batch" in n]  # not valid there: nothing to warn

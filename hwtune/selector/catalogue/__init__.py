@@ -5,7 +5,7 @@ from __future__ import annotations
 from hwtune.selector.catalogue.all2all import ALL2ALL_BACKENDS
 from hwtune.selector.catalogue.attention import ATTENTION_BACKENDS
 from hwtune.selector.catalogue.base import (
-    FEATURE_WORDS, All2AllRules, AttentionRules, Backend, CCRange, Feature, IntRule, Tactic,
+    FEATURE_WORDS, All2AllRules, AttentionRules, Backend, CCRange, Feature, Hazard, IntRule, Tactic,
 )
 from hwtune.selector.catalogue.mla import MLA_BACKENDS
 from hwtune.selector.errors import UnknownBackendError
@@ -43,6 +43,7 @@ def get(kind: str, name: str) -> Backend:
 
 
 __all__ = [
-    "Backend", "Tactic", "Feature", "FEATURE_WORDS", "IntRule", "CCRange", "AttentionRules", "All2AllRules",
+    "Backend", "Tactic", "Feature", "FEATURE_WORDS", "Hazard", "IntRule", "CCRange", "AttentionRules",
+    "All2AllRules",
     "backends", "names", "get",
 ]

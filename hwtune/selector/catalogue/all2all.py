@@ -6,7 +6,17 @@ Facts from vLLM's ``vllm/distributed/device_communicators/all2all.py``, ``vllm/c
 
 from __future__ import annotations
 
-from hwtune.selector.catalogue.base import All2AllRules, Backend, CCRange, Feature, Tactic, fs, multiple_of
+from hwtune.selector.catalogue.base import (
+    All2AllRules,
+    Backend,
+    CCRange,
+    Feature,
+    Hazard,
+    Tactic,
+    fs,
+    ints,
+    multiple_of,
+)
 from hwtune.selector.packages import PackageRequirement
 
 F = Feature
@@ -20,11 +30,11 @@ DEEP_EP = PackageRequirement("deep-ep", "", "DeepEP kernels (vllm tools/ep_kerne
 
 def _single(name: str, summary: str, rules: All2AllRules, packages: tuple[PackageRequirement, ...],
             sources: dict[str, str], needs_cuda_torch: bool = True,
-            notes: tuple[str, ...] = ()) -> Backend:
+            notes: tuple[str, ...] = (), hazards: tuple[Hazard, ...] = ()) -> Backend:
     return Backend(
         name=name, kind="all2all", summary=summary, rules=rules, packages=packages,
         tactics=(Tactic("default", BOTH, All2AllRules(), summary=summary),),
-        needs_cuda_torch=needs_cuda_torch, notes=notes,
+        needs_cuda_torch=needs_cuda_torch, notes=notes, hazards=hazards,
         sources={"tactics": "one implementation", **sources},
     )
 
@@ -157,6 +167,13 @@ FLASHINFER_NVLINK_ONE_SIDED = _single(
         "for CUDA graphs",
         "packages": "flashinfer-python with trtllm_moe_alltoall",
     },
+    hazards=(Hazard(
+        ep_sizes=ints(2),
+        message="at EP 2 its kernels failed whenever a rank's token count was odd (1, 3, 5, 17, 33 tokens: "
+        "'CUDA error: misaligned address' or an abort; 2 to 24 even counts were correct): pad each rank's "
+        "batch to an even number of tokens",
+        source="hwtune measurement, flashinfer 0.6.18.post1 on 2 x H200, 2026-11-21 (docs/all2all.md)",
+    ),),
 )
 
 FLASHINFER_NVLINK_TWO_SIDED = _single(

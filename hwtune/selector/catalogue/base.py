@@ -169,6 +169,25 @@ class Tactic:
 
 
 @dataclass(frozen=True)
+class Hazard:
+    """A measured failure mode that validity cannot express because it depends on what the engine sends at
+    run time (a batch's token count), not on the spec. Selection keeps the backend and says, in its notes,
+    what the engine must do to stay clear of it. ``ep_sizes``/``quant_dtypes`` narrow where it applies."""
+
+    message: str
+    source: str
+    ep_sizes: IntRule | None = None
+    quant_dtypes: frozenset[str] | None = None
+
+    def applies(self, spec: object) -> bool:
+        ep = getattr(spec, "ep_size", None)
+        if self.ep_sizes is not None and (ep is None or not self.ep_sizes.allows(ep)):
+            return False
+        quant = getattr(spec, "quant_dtype", None)
+        return self.quant_dtypes is None or quant in self.quant_dtypes
+
+
+@dataclass(frozen=True)
 class Backend:
     """One backend as an engine names it, with its allowlists and where each fact comes from.
 
@@ -186,6 +205,8 @@ class Backend:
     sources: Mapping[str, str] = field(default_factory=dict)
     #: What hwtune itself can run of it (probes); informative, not part of validity.
     notes: tuple[str, ...] = ()
+    #: Measured run-time failure modes; selection repeats those that apply to the spec in its notes.
+    hazards: tuple[Hazard, ...] = ()
 
     def has(self, feature: Feature) -> bool:
         feats = self.rules.features or frozenset()

@@ -39,6 +39,9 @@ def _backend(b: Backend) -> list[str]:
         lines.append(f"| {t.name} | {', '.join(sorted(t.phases))} | {narrows or '-'} | {t.summary} |")
     for note in b.notes:
         lines.append(f"\nNote: {note}")
+    for h in b.hazards:
+        where = f" (EP {h.ep_sizes.describe()})" if h.ep_sizes is not None else ""
+        lines.append(f"\nHazard{where}: {h.message}. Source: {h.source}.")
     return lines + [""]
 
 
