@@ -402,14 +402,6 @@ def _ref_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.
     return torch.stack(outs)
 
 
-def _no_rotation(x: torch.Tensor, bits: int) -> torch.Tensor:
-    qmax = (1 << bits) - 1
-    mx, mn = x.amax(-1, keepdim=True), x.amin(-1, keepdim=True)
-    s = ((mx - mn) / qmax).half().float()
-    z = mn.half().float()
-    return torch.floor(((x - z) / s).clamp(0, qmax) + 0.5) * s + z
-
-
 def error(args: argparse.Namespace) -> None:
     rows = []
     for data in ("random", "outlier_channels"):
@@ -428,8 +420,8 @@ def error(args: argparse.Namespace) -> None:
             tq.paged_attention(p["q"], cache, p["table"], p["seq_lens"], p["qsl"], max_query_len=1,
                                max_seq_len=p["ctx"], out=p["out"], softmax_scale=D ** -0.5)
             row[f"tq{bits}"] = rel(p["out"])
-            row[f"tq{bits}_no_rotation_ref"] = rel(_ref_decode(p["q"], _no_rotation(k, bits), _no_rotation(v, bits),
-                                                              p["table"], p["ctx"]))
+            k_raw, v_raw = tq.round_trip_without_rotation(k, bits), tq.round_trip_without_rotation(v, bits)
+            row[f"tq{bits}_no_rotation_ref"] = rel(_ref_decode(p["q"], k_raw, v_raw, p["table"], p["ctx"]))
         rows.append(row)
     RESULTS["error"] = rows
     table("relative L2 output error vs float32 attention (b8 ctx4096, Hq 32, Hkv 8, D 128)", rows,
@@ -453,7 +445,7 @@ def quantizer(args: argparse.Namespace) -> None:
                 codes, scale, zero = tq.quantize_reference(x, signs, bits)
                 rot = tq.dequantize_reference(codes, scale, zero, signs)
                 row[f"rot{bits}"] = ((rot - x).norm(dim=-1) / x.norm(dim=-1)).mean().item()
-                raw = _no_rotation(x, bits)
+                raw = tq.round_trip_without_rotation(x, bits)
                 row[f"norot{bits}"] = ((raw - x).norm(dim=-1) / x.norm(dim=-1)).mean().item()
             rows.append(row)
     RESULTS["quantizer"] = rows

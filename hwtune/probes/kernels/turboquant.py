@@ -142,10 +142,8 @@ def write(cache: TurboQuantCache, k: torch.Tensor, v: torch.Tensor, slot_mapping
 
 
 # --- plain PyTorch: reference quantizer and dequantizer ------------------------------------------------------
-def quantize_reference(x: torch.Tensor, signs: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(codes int64 [..., H, D] in rotated order, scale f16 [..., H], zero f16 [..., H]) of vectors
-    ``x[..., H, D]``: the same quantizer as the write kernel, in float32 PyTorch."""
-    r = hadamard.rotate(x, signs)
+def _minmax_quantize(r: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric min-max scalar quantizer over the last dimension: (codes int64, scale f16, zero f16)."""
     qmax = (1 << bits) - 1
     mx, mn = r.amax(-1), r.amin(-1)
     scale16 = ((mx - mn) / qmax).clamp(max=65504.0).to(torch.float16)
@@ -154,6 +152,19 @@ def quantize_reference(x: torch.Tensor, signs: torch.Tensor, bits: int) -> tuple
     inv = torch.where(scale > 0, 1.0 / torch.where(scale > 0, scale, torch.ones_like(scale)), torch.zeros_like(scale))
     codes = torch.floor(((r - zero[..., None]) * inv[..., None]).clamp(0.0, qmax) + 0.5).long()
     return codes, scale16, zero16
+
+
+def quantize_reference(x: torch.Tensor, signs: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(codes int64 [..., H, D] in rotated order, scale f16 [..., H], zero f16 [..., H]) of vectors
+    ``x[..., H, D]``: the same quantizer as the write kernel, in float32 PyTorch."""
+    return _minmax_quantize(hadamard.rotate(x, signs), bits)
+
+
+def round_trip_without_rotation(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """``x`` quantized and dequantized by the same quantizer on its raw coordinates: the ablation the
+    rotation is measured against (outlier channels crush the other coordinates here)."""
+    codes, scale, zero = _minmax_quantize(x.float(), bits)
+    return codes.float() * scale.float()[..., None] + zero.float()[..., None]
 
 
 def dequantize_reference(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, signs: torch.Tensor,
