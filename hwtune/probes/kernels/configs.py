@@ -107,6 +107,13 @@ def choose_num_splits(*, programs: int, max_seq_len: int, num_sms: int, decode: 
     return max(1, splits)
 
 
+def _prefill_splits(*, block_m: int, batch: int, kv_heads: int, max_query_len: int, max_seq_len: int,
+                    gqa_group: int, num_sms: int) -> int:
+    """KV splits of a prefill-style launch whose query tiles hold ``block_m`` rows."""
+    programs = batch * kv_heads * cdiv(max_query_len, max(1, block_m // gqa_group))
+    return choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=False)
+
+
 def _validate_head_size(head_size: int) -> None:
     if head_size not in HEAD_SIZES:
         raise ValueError(f"hwtune's Triton attention supports head sizes {HEAD_SIZES}, got {head_size}")
@@ -139,9 +146,8 @@ def default_config(
         return TritonAttnConfig(block_n=block_n, num_splits=splits, num_warps=4,
                                 num_stages=2 if head_size == 256 else 3)
     block_m = prefill_block_m(head_size, gqa_group)
-    block_q = max(1, block_m // gqa_group)
-    programs = batch * kv_heads * cdiv(max_query_len, block_q)
-    splits = choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=False)
+    splits = _prefill_splits(block_m=block_m, batch=batch, kv_heads=kv_heads, max_query_len=max_query_len,
+                             max_seq_len=max_seq_len, gqa_group=gqa_group, num_sms=num_sms)
     if head_size == 256:
         return TritonAttnConfig(block_n=32, num_splits=splits, num_warps=4, num_stages=2, block_m=block_m)
     if head_size == 64:  # measured best on the H100 of config_space (2026-11-21)
@@ -184,9 +190,9 @@ def turboquant_config(
     _validate_head_size(head_size)
     kv_heads = num_kv_heads or 1
     if not is_decode_shape(max_query_len):
-        block_m = max(64 if head_size > 128 else 128, next_pow2(gqa_group))
-        programs = batch * kv_heads * cdiv(max_query_len, max(1, block_m // gqa_group))
-        splits = choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=False)
+        block_m = max(64 if head_size > 128 else 128, next_pow2(gqa_group))  # head 64 too, unlike TRITON_ATTN
+        splits = _prefill_splits(block_m=block_m, batch=batch, kv_heads=kv_heads, max_query_len=max_query_len,
+                                 max_seq_len=max_seq_len, gqa_group=gqa_group, num_sms=num_sms)
         return TritonAttnConfig(block_n=32 if head_size == 256 else 64, num_splits=splits,
                                 num_warps=8 if block_m >= 128 else 4, num_stages=2 if head_size == 256 else 3,
                                 block_m=block_m)
