@@ -7,7 +7,7 @@ import pytest
 from hwtune.selector.device import CPU_PROFILE, simulated
 from hwtune.selector.errors import InvalidSpecError
 from hwtune.selector.records import LatencyStats, MeasurementRecord
-from hwtune.selector.types import AttentionSpec, AttentionWorkload
+from hwtune.selector.types import AttentionSpec
 from hwtune.tuner.plan import QUICK_BACKENDS, default_plan, plan_from_model, plan_from_toml
 from hwtune.tuner.schedule import informative, order_refinements
 

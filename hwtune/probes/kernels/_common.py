@@ -58,6 +58,48 @@ def locate_qblock(pid, qsl_ptr, batch, BLOCK_Q: tl.constexpr, ONE_PER_REQ: tl.co
 
 
 @triton.jit
+def program_coords(num_kv_heads, HEADS_FAST: tl.constexpr):
+    """(query-tile program, KV head, split) of this program.
+
+    With ``HEADS_FAST`` (prefill-style launches) axis 0 is ``query tile x KV heads + KV head``: the hardware
+    dispatches programs in axis-0 order, so every KV head's copy of the longest causal tile starts first and
+    the short tiles fill the tail (1-2 % faster than a (query tile, KV head) grid for 4k-8k causal prefill on
+    the H100, benchmarks/results/experiments/). Decode-style launches (one tile per request, equal work per
+    program) keep the 3-D grid."""
+    if HEADS_FAST:
+        pid_q = tl.program_id(0) // num_kv_heads
+        kv_head = tl.program_id(0) % num_kv_heads
+    else:
+        pid_q = tl.program_id(0)
+        kv_head = tl.program_id(1)
+    return pid_q, kv_head, tl.program_id(2)
+
+
+@triton.jit
+def query_tile(pid_q, kv_head, qsl_ptr, seq_lens_ptr, batch,
+               BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, GROUP: tl.constexpr, ONE_PER_REQ: tl.constexpr):
+    """The query rows of program ``pid_q``, shared by both kernels.
+
+    Returns ``(tiles_left, req, rows_tok, rows_pos, rows_head, row_ok, first_pos, kv_end)``: the program has
+    work only when ``tiles_left > 0`` (the grid is a bound, surplus programs exit); row ``r`` is query token
+    ``rows_tok`` (index into q/out) at KV position ``rows_pos``, head ``rows_head``; the tile's first position
+    and the end of the KV it may see (causal). Requests' last (longest) tiles get the lowest programs."""
+    req, local = locate_qblock(pid_q, qsl_ptr, batch, BLOCK_Q, ONE_PER_REQ)
+    q_start = tl.load(qsl_ptr + req)
+    q_len = tl.load(qsl_ptr + req + 1) - q_start
+    n_qtiles = tl.cdiv(q_len, BLOCK_Q)
+    qtile = n_qtiles - 1 - local
+    ctx = tl.load(seq_lens_ptr + req) - q_len  # cached prefix before the new tokens
+    rows = tl.arange(0, BLOCK_M)
+    tok = qtile * BLOCK_Q + rows // GROUP
+    row_ok = (rows // GROUP < BLOCK_Q) & (tok < q_len)
+    first_pos = ctx + qtile * BLOCK_Q
+    kv_end = tl.minimum(ctx + q_len, first_pos + BLOCK_Q)
+    return (n_qtiles - local, req, q_start + tok, ctx + tok, kv_head * GROUP + rows % GROUP, row_ok,
+            first_pos, kv_end)
+
+
+@triton.jit
 def split_tile_range(kv_end, first_pos, split, num_splits, BLOCK_N: tl.constexpr):
     """KV tiles [t0, t1) of this split, and ``full_end``: tiles below it need no causal or length mask
     (every position there is <= the first query row's position, hence < kv_end)."""
@@ -142,6 +184,16 @@ class LaunchPlan:
     num_warps: int
     num_stages: int
 
+    @property
+    def heads_fast(self) -> bool:
+        """Prefill-style launches put the KV head on the fastest grid axis (see ``program_coords``)."""
+        return not self.one_per_req
+
+    def grid(self, num_kv_heads: int) -> tuple[int, int, int]:
+        if self.heads_fast:
+            return (self.grid0 * num_kv_heads, 1, self.num_splits)
+        return (self.grid0, num_kv_heads, self.num_splits)
+
 
 @functools.lru_cache(maxsize=8)
 def num_sms(device: torch.device) -> int:
@@ -164,6 +216,24 @@ def check_runnable(*tensors: torch.Tensor) -> None:
                 "Move the inputs to a GPU, or set TRITON_INTERPRET=1 before importing triton to run them "
                 "on the CPU with Triton's interpreter (slow; for tests)."
             )
+
+
+def check_query_io(q: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None) -> tuple[int, int, int]:
+    """The query/output/LSE contract both kernels share; returns (tokens, heads, head size).
+
+    WHY here: a wrong dtype or a strided last dimension would make the kernels read garbage rather than fail,
+    so both entry points refuse them with the same words."""
+    if q.dim() != 3:
+        raise ValueError(f"q must be [tokens, heads, head_size]; got shape {tuple(q.shape)}")
+    if q.dtype not in (torch.float16, torch.bfloat16) or out.dtype != q.dtype or out.shape != q.shape:
+        raise ValueError(f"q and out must be float16 or bfloat16 of the same shape; got q {q.dtype} "
+                         f"{tuple(q.shape)}, out {out.dtype} {tuple(out.shape)}")
+    if q.stride(-1) != 1 or out.stride(-1) != 1:
+        raise ValueError("q and out must have a contiguous last dimension")
+    num_tokens, num_heads, head_size = q.shape
+    if lse is not None and (lse.dtype != torch.float32 or tuple(lse.shape) != (num_tokens, num_heads)):
+        raise ValueError(f"lse must be float32 [{num_tokens}, {num_heads}]; got {lse.dtype} {tuple(lse.shape)}")
+    return num_tokens, num_heads, head_size
 
 
 def plan_launch(config: TritonAttnConfig, *, num_tokens: int, batch: int, max_query_len: int,
@@ -220,12 +290,15 @@ __all__ = [
     "LOG2E",
     "LaunchPlan",
     "cdiv",
+    "check_query_io",
     "check_runnable",
     "interpreting",
     "locate_qblock",
     "merge_splits",
     "num_sms",
     "plan_launch",
+    "program_coords",
+    "query_tile",
     "split_buffers",
     "split_tile_range",
     "store_result",

@@ -27,10 +27,12 @@ import triton.language as tl
 from hwtune.probes.kernels._common import (
     LOG2E,
     check_runnable,
-    locate_qblock,
+    check_query_io,
     merge_splits,
     num_sms,
     plan_launch,
+    program_coords,
+    query_tile,
     split_buffers,
     split_tile_range,
     store_result,
@@ -71,13 +73,16 @@ def _kv_tile(acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs
         blk = tl.load(bt_row + page_idx).to(tl.int64)
     k_off = blk * stride_kb + k_in_page
     v_off = blk * stride_vb + v_in_page
-    if MASKED or D_PADDED:
+    if D_PADDED:  # head 96 as 128: lanes past the head masked
         if MASKED:
             ld_mask = n_ok[:, None] & d_ok[None, :]
         else:
             ld_mask = (pos >= 0)[:, None] & d_ok[None, :]
         k = tl.load(k_base + k_off[:, None] + offs_d[None, :], mask=ld_mask, other=0.0)
         v = tl.load(v_base + v_off[:, None] + offs_d[None, :], mask=ld_mask, other=0.0)
+    elif MASKED:  # a row mask only, so the loads stay 16-byte vectors
+        k = tl.load(k_base + k_off[:, None] + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+        v = tl.load(v_base + v_off[:, None] + offs_d[None, :], mask=n_ok[:, None], other=0.0)
     else:
         k = tl.load(k_base + k_off[:, None] + offs_d[None, :])
         v = tl.load(v_base + v_off[:, None] + offs_d[None, :])
@@ -100,39 +105,30 @@ def _kv_tile(acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs
 def _paged_attn_kernel(
     q_ptr, k_ptr, v_ptr, bt_ptr, seq_lens_ptr, qsl_ptr,
     out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
-    batch, num_splits, scale_log2, v_scale,
+    batch, num_kv_heads, num_splits, scale_log2, v_scale,
     stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, stride_bt,
     stride_ot, stride_oh, stride_lt, stride_lh, stride_ps, stride_pt, stride_ph,
     HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
     BLOCK_N: tl.constexpr, GROUP: tl.constexpr, PAGE_SIZE: tl.constexpr, ONE_PER_REQ: tl.constexpr,
-    SPLIT: tl.constexpr, WRITE_LSE: tl.constexpr,
+    HEADS_FAST: tl.constexpr, SPLIT: tl.constexpr, WRITE_LSE: tl.constexpr,
 ):
-    kv_head = tl.program_id(1)
-    split = tl.program_id(2)
-    req, local = locate_qblock(tl.program_id(0), qsl_ptr, batch, BLOCK_Q, ONE_PER_REQ)
-    q_start = tl.load(qsl_ptr + req)
-    q_len = tl.load(qsl_ptr + req + 1) - q_start
-    n_qtiles = tl.cdiv(q_len, BLOCK_Q)
-    if local >= n_qtiles:
+    pid_q, kv_head, split = program_coords(num_kv_heads, HEADS_FAST)
+    tiles_left, req, rows_tok, rows_pos, head, row_ok, first_pos, kv_end = query_tile(
+        pid_q, kv_head, qsl_ptr, seq_lens_ptr, batch, BLOCK_M, BLOCK_Q, GROUP, ONE_PER_REQ)
+    if tiles_left <= 0:
         return
-    qtile = n_qtiles - 1 - local  # last (longest causal) tiles first: shorter tail
-    seq_len = tl.load(seq_lens_ptr + req)
-    ctx = seq_len - q_len  # cached prefix before the new tokens
-
-    rows = tl.arange(0, BLOCK_M)
-    tok = qtile * BLOCK_Q + rows // GROUP
-    row_ok = (rows // GROUP < BLOCK_Q) & (tok < q_len)
-    head = kv_head * GROUP + rows % GROUP
-    rows_tok = q_start + tok
-    rows_pos = ctx + tok
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_D
     q_off = rows_tok.to(tl.int64) * stride_qt + head * stride_qh
-    q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    if BLOCK_D != HEAD_D:
+        q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    else:
+        q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_ok[:, None], other=0.0)
 
-    first_pos = ctx + qtile * BLOCK_Q
-    kv_end = tl.minimum(seq_len, ctx + qtile * BLOCK_Q + BLOCK_Q)
-    t0, t1, full_end = split_tile_range(kv_end, first_pos, split, num_splits, BLOCK_N)
+    if SPLIT:
+        t0, t1, full_end = split_tile_range(kv_end, first_pos, split, num_splits, BLOCK_N)
+    else:  # the loop starts at a compile-time 0
+        t0, t1, full_end = split_tile_range(kv_end, first_pos, 0, 1, BLOCK_N)
 
     bt_row = bt_ptr + req.to(tl.int64) * stride_bt
     k_base = k_ptr + kv_head.to(tl.int64) * stride_kh
@@ -195,7 +191,7 @@ def paged_attention(
     """Paged attention of ``q`` [tokens, heads, D] over the cache into ``out`` (and ``lse`` [tokens, heads]
     float32, natural log). Host integers only on the launch path: no device reads, graph-capturable."""
     check_runnable(q, k_cache, v_cache)
-    num_tokens, num_heads, head_size = q.shape
+    num_tokens, num_heads, head_size = check_query_io(q, out, lse)
     ks_b, ks_t, ks_h, page_size = _kv_strides(k_cache, kv_layout)
     vs_b, vs_t, vs_h, v_page = _kv_strides(v_cache, kv_layout)
     num_kv_heads = k_cache.shape[2] if kv_layout == "NHD" else k_cache.shape[1]
@@ -206,14 +202,8 @@ def paged_attention(
         raise ValueError(f"page size must be a multiple of 16 in 16..128 (and equal for K and V); got {page_size}")
     if num_heads % num_kv_heads:
         raise ValueError(f"query heads ({num_heads}) must be a multiple of KV heads ({num_kv_heads})")
-    if q.dtype not in (torch.float16, torch.bfloat16) or out.dtype != q.dtype:
-        raise ValueError(f"q and out must both be float16 or bfloat16; got q {q.dtype}, out {out.dtype}")
     if k_cache.dtype not in KV_DTYPES or v_cache.dtype != k_cache.dtype:
         raise ValueError(f"KV cache dtype must be float16, bfloat16 or float8_e4m3fn; got {k_cache.dtype}")
-    if q.stride(-1) != 1 or out.stride(-1) != 1 or out.shape != q.shape:
-        raise ValueError("q and out must have the same shape and a contiguous last dimension")
-    if lse is not None and (lse.dtype != torch.float32 or tuple(lse.shape) != (num_tokens, num_heads)):
-        raise ValueError(f"lse must be float32 [{num_tokens}, {num_heads}]; got {lse.dtype} {tuple(lse.shape)}")
     batch = block_table.shape[0]
     if batch == 0 or num_tokens == 0:
         return  # nothing to attend (host ints: no sync)
@@ -232,15 +222,15 @@ def paged_attention(
         part_o = part_lse = out  # unused by the unsplit kernel
     lse_arg = lse if lse is not None else out
     pl_strides = (part_lse.stride(0), part_lse.stride(1), part_lse.stride(2)) if splits > 1 else (0, 0, 0)
-    _paged_attn_kernel[(plan.grid0, num_kv_heads, splits)](
+    _paged_attn_kernel[plan.grid(num_kv_heads)](
         q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
         out, lse_arg, part_o, part_lse,
-        batch, splits, float(softmax_scale) * float(k_scale) * LOG2E, float(v_scale),
+        batch, num_kv_heads, splits, float(softmax_scale) * float(k_scale) * LOG2E, float(v_scale),
         q.stride(0), q.stride(1), ks_b, ks_t, ks_h, vs_b, vs_t, vs_h, block_table.stride(0),
         out.stride(0), out.stride(1), lse_arg.stride(0), lse_arg.stride(1) if lse is not None else 0, *pl_strides,
         HEAD_D=head_size, BLOCK_D=next_pow2(head_size), BLOCK_M=plan.block_m, BLOCK_Q=plan.block_q,
         BLOCK_N=plan.block_n, GROUP=group, PAGE_SIZE=page_size, ONE_PER_REQ=plan.one_per_req,
-        SPLIT=splits > 1, WRITE_LSE=lse is not None,
+        HEADS_FAST=plan.heads_fast, SPLIT=splits > 1, WRITE_LSE=lse is not None,
         num_warps=plan.num_warps, num_stages=plan.num_stages,
     )
     if splits > 1:

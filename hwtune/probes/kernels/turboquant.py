@@ -23,6 +23,7 @@ import torch
 from hwtune.probes.kernels import hadamard
 from hwtune.probes.kernels._common import (
     LOG2E,
+    check_query_io,
     check_runnable,
     merge_splits,
     num_sms,
@@ -232,16 +233,10 @@ def paged_attention(
     convention, LSE and workspace contract as :func:`hwtune.probes.kernels.triton_attention.paged_attention`.
     Query heads of one GQA group share their KV head's rotation. No host sync: graph-capturable."""
     check_runnable(q, cache.k_codes)
-    num_tokens, num_heads, head_size = q.shape
+    num_tokens, num_heads, head_size = check_query_io(q, out, lse)
     if head_size != cache.head_size or num_heads % cache.num_kv_heads:
         raise ValueError(f"q must be [tokens, a multiple of {cache.num_kv_heads} heads, {cache.head_size}]; "
                          f"got {tuple(q.shape)}")
-    if q.dtype not in (torch.float16, torch.bfloat16) or out.dtype != q.dtype or out.shape != q.shape:
-        raise ValueError(f"q and out must be float16 or bfloat16 of the same shape; got {q.dtype}, {out.dtype}")
-    if q.stride(-1) != 1 or out.stride(-1) != 1:
-        raise ValueError("q and out must have a contiguous last dimension")
-    if lse is not None and (lse.dtype != torch.float32 or tuple(lse.shape) != (num_tokens, num_heads)):
-        raise ValueError(f"lse must be float32 [{num_tokens}, {num_heads}]; got {lse.dtype} {tuple(lse.shape)}")
     batch = block_table.shape[0]
     if batch == 0 or num_tokens == 0:
         return  # nothing to attend (host ints: no sync)
@@ -262,15 +257,16 @@ def paged_attention(
         part_o = part_lse = out
         pl_strides = (0, 0, 0)
     lse_arg = lse if lse is not None else out
-    tq_attn_kernel[(plan.grid0, cache.num_kv_heads, splits)](
+    tq_attn_kernel[plan.grid(cache.num_kv_heads)](
         q, cache.k_codes, cache.v_codes, cache.k_scales, cache.k_zeros, cache.v_scales, cache.v_zeros,
         cache.rotation, cache.hadamard_half(), block_table, seq_lens, query_start_loc,
         out, lse_arg, part_o, part_lse,
-        batch, splits, float(softmax_scale) * LOG2E, 1.0 / math.sqrt(head_size),
+        batch, cache.num_kv_heads, splits, float(softmax_scale) * LOG2E, 1.0 / math.sqrt(head_size),
         q.stride(0), q.stride(1), *cache.code_strides(), *cache.scale_strides(), block_table.stride(0),
         out.stride(0), out.stride(1), lse_arg.stride(0), lse_arg.stride(1) if lse is not None else 0, *pl_strides,
         HEAD_D=head_size, BITS=cache.bits, BLOCK_M=plan.block_m, BLOCK_Q=plan.block_q, BLOCK_N=plan.block_n,
-        GROUP=group, PAGE_SIZE=cache.block_size, ONE_PER_REQ=plan.one_per_req, SPLIT=splits > 1,
+        GROUP=group, PAGE_SIZE=cache.block_size, ONE_PER_REQ=plan.one_per_req,
+        HEADS_FAST=plan.heads_fast, SPLIT=splits > 1,
         WRITE_LSE=lse is not None, num_warps=plan.num_warps, num_stages=plan.num_stages,
     )
     if splits > 1:

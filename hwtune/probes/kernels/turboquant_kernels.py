@@ -37,7 +37,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from hwtune.probes.kernels._common import locate_qblock, split_tile_range, store_result
+from hwtune.probes.kernels._common import program_coords, query_tile, split_tile_range, store_result
 
 
 @triton.jit
@@ -206,32 +206,19 @@ def _tq_tile(acc_lo, acc_hi, acc_z, m_i, l_i, q_lo, q_hi, q_sum, kc_base, vc_bas
 def tq_attn_kernel(
     q_ptr, kc_ptr, vc_ptr, ks_ptr, kz_ptr, vs_ptr, vz_ptr, signs_ptr, h_ptr, bt_ptr, seq_lens_ptr, qsl_ptr,
     out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
-    batch, num_splits, scale_log2, inv_sqrt_d,
+    batch, num_kv_heads, num_splits, scale_log2, inv_sqrt_d,
     stride_qt, stride_qh, stride_cb, stride_ct, stride_ch, stride_sb, stride_st, stride_sh, stride_bt,
     stride_ot, stride_oh, stride_lt, stride_lh, stride_ps, stride_pt, stride_ph,
     HEAD_D: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
     BLOCK_N: tl.constexpr, GROUP: tl.constexpr, PAGE_SIZE: tl.constexpr, ONE_PER_REQ: tl.constexpr,
-    SPLIT: tl.constexpr, WRITE_LSE: tl.constexpr,
+    HEADS_FAST: tl.constexpr, SPLIT: tl.constexpr, WRITE_LSE: tl.constexpr,
 ):
     HALF: tl.constexpr = HEAD_D // 2
-    kv_head = tl.program_id(1)
-    split = tl.program_id(2)
-    req, local = locate_qblock(tl.program_id(0), qsl_ptr, batch, BLOCK_Q, ONE_PER_REQ)
-    q_start = tl.load(qsl_ptr + req)
-    q_len = tl.load(qsl_ptr + req + 1) - q_start
-    n_qtiles = tl.cdiv(q_len, BLOCK_Q)
-    if local >= n_qtiles:
+    pid_q, kv_head, split = program_coords(num_kv_heads, HEADS_FAST)
+    tiles_left, req, rows_tok, rows_pos, head, row_ok, first_pos, kv_end = query_tile(
+        pid_q, kv_head, qsl_ptr, seq_lens_ptr, batch, BLOCK_M, BLOCK_Q, GROUP, ONE_PER_REQ)
+    if tiles_left <= 0:
         return
-    qtile = n_qtiles - 1 - local  # last (longest causal) tiles first: shorter tail
-    seq_len = tl.load(seq_lens_ptr + req)
-    ctx = seq_len - q_len
-
-    rows = tl.arange(0, BLOCK_M)
-    tok = qtile * BLOCK_Q + rows // GROUP
-    row_ok = (rows // GROUP < BLOCK_Q) & (tok < q_len)
-    head = kv_head * GROUP + rows % GROUP
-    rows_tok = q_start + tok
-    rows_pos = ctx + tok
     offs_h = tl.arange(0, HALF)
     h = load_hadamard(h_ptr, HALF)
     s_lo = tl.load(signs_ptr + kv_head * HEAD_D + offs_h)
@@ -244,8 +231,6 @@ def tq_attn_kernel(
     q_hi = r_hi.to(tl.float16)
     q_sum = tl.sum(q_lo.to(tl.float32), 1) + tl.sum(q_hi.to(tl.float32), 1)
 
-    first_pos = ctx + qtile * BLOCK_Q
-    kv_end = tl.minimum(seq_len, ctx + qtile * BLOCK_Q + BLOCK_Q)
     t0, t1, full_end = split_tile_range(kv_end, first_pos, split, num_splits, BLOCK_N)
     bt_row = bt_ptr + req.to(tl.int64) * stride_bt
     kc_base = kc_ptr + kv_head.to(tl.int64) * stride_ch

@@ -1,0 +1,51 @@
+"""Host-side launch plan and argument checks shared by TRITON_ATTN and TURBOQUANT (CPU, no kernels run)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hwtune.probes.kernels._common import check_query_io, plan_launch
+from hwtune.probes.kernels.configs import TritonAttnConfig
+
+
+def test_prefill_grid_puts_kv_heads_on_the_fastest_axis() -> None:
+    plan = plan_launch(TritonAttnConfig(128, 1, 8, 3), num_tokens=4096, batch=1, max_query_len=4096,
+                       head_size=128, gqa_group=4)
+    assert plan.heads_fast and plan.block_q == 32
+    # 4096 / 32 query tiles (+1 per request: the grid is a bound) x 8 KV heads on axis 0
+    assert plan.grid(8) == ((4096 // 32 + 1) * 8, 1, 1)
+
+
+def test_decode_grid_keeps_one_program_per_request_and_kv_head() -> None:
+    plan = plan_launch(TritonAttnConfig(64, 4, 4, 3), num_tokens=16, batch=16, max_query_len=1,
+                       head_size=128, gqa_group=4)
+    assert not plan.heads_fast and plan.one_per_req
+    assert plan.grid(8) == (16, 8, 4)
+
+
+def _io(**over: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    q = torch.zeros(5, 4, 64, dtype=torch.bfloat16)
+    io = {"q": q, "out": torch.zeros_like(q), "lse": torch.zeros(5, 4)}
+    io.update(over)
+    return io["q"], io["out"], io["lse"]
+
+
+def test_query_io_accepts_the_contract_and_returns_the_shape() -> None:
+    assert check_query_io(*_io()) == (5, 4, 64)
+    assert check_query_io(*_io(lse=None)) == (5, 4, 64)
+
+
+@pytest.mark.parametrize("over,match", [
+    ({"q": torch.zeros(5, 256, dtype=torch.bfloat16)}, r"\[tokens, heads, head_size\]"),
+    ({"q": torch.zeros(5, 4, 64)}, "float16 or bfloat16"),
+    ({"out": torch.zeros(5, 4, 64, dtype=torch.float16)}, "same shape"),
+    ({"out": torch.zeros(5, 4, 32, dtype=torch.bfloat16)}, "same shape"),
+    ({"q": torch.zeros(5, 4, 128, dtype=torch.bfloat16)[..., ::2],
+      "out": torch.zeros(5, 4, 64, dtype=torch.bfloat16)}, "contiguous last dimension"),
+    ({"lse": torch.zeros(5, 4, dtype=torch.float16)}, r"lse must be float32 \[5, 4\]"),
+    ({"lse": torch.zeros(4, 5)}, r"lse must be float32 \[5, 4\]"),
+])
+def test_query_io_refuses_what_the_kernels_would_misread(over: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        check_query_io(*_io(**over))
