@@ -61,11 +61,11 @@ def locate_qblock(pid, qsl_ptr, batch, BLOCK_Q: tl.constexpr, ONE_PER_REQ: tl.co
 def program_coords(num_kv_heads, HEADS_FAST: tl.constexpr):
     """(query-tile program, KV head, split) of this program.
 
-    With ``HEADS_FAST`` (prefill-style launches) axis 0 is ``query tile x KV heads + KV head``: the hardware
-    dispatches programs in axis-0 order, so every KV head's copy of the longest causal tile starts first and
-    the short tiles fill the tail (1-2 % faster than a (query tile, KV head) grid for 4k-8k causal prefill on
-    the H100, benchmarks/results/experiments/). Decode-style launches (one tile per request, equal work per
-    program) keep the 3-D grid."""
+    With ``HEADS_FAST`` axis 0 is ``query tile x KV heads + KV head``: the hardware dispatches programs in
+    axis-0 order, so every KV head's copy of the longest causal tile starts first and the short tiles fill
+    the tail. Otherwise the programs running at once share one KV head, whose KV then stays in L2. The
+    launch plan picks heads-fast only where a request's whole KV fits in half the L2 (see
+    ``plan_launch``)."""
     if HEADS_FAST:
         pid_q = tl.program_id(0) // num_kv_heads
         kv_head = tl.program_id(0) % num_kv_heads
@@ -183,16 +183,20 @@ class LaunchPlan:
     one_per_req: bool
     num_warps: int
     num_stages: int
-
-    @property
-    def heads_fast(self) -> bool:
-        """Prefill-style launches put the KV head on the fastest grid axis (see ``program_coords``)."""
-        return not self.one_per_req
+    heads_fast: bool = False
 
     def grid(self, num_kv_heads: int) -> tuple[int, int, int]:
         if self.heads_fast:
             return (self.grid0 * num_kv_heads, 1, self.num_splits)
         return (self.grid0, num_kv_heads, self.num_splits)
+
+
+@functools.lru_cache(maxsize=8)
+def l2_bytes(device: torch.device) -> int:
+    """L2 size of ``device`` (host query, cached; no sync); 50 MiB (an H100's) for the interpreter."""
+    if device.type == "cuda":
+        return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)) or 50 * 2**20
+    return 50 * 2**20
 
 
 @functools.lru_cache(maxsize=8)
@@ -237,8 +241,15 @@ def check_query_io(q: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None)
 
 
 def plan_launch(config: TritonAttnConfig, *, num_tokens: int, batch: int, max_query_len: int,
-                head_size: int, gqa_group: int) -> LaunchPlan:
-    """Tile geometry and grid from host integers only."""
+                head_size: int, gqa_group: int, kv_bytes_per_request: int = 0, l2: int = 0) -> LaunchPlan:
+    """Tile geometry and grid from host integers only.
+
+    ``kv_bytes_per_request`` (all KV heads, K and V, at the longest context) against ``l2`` chooses the
+    program order of prefill-style launches. Same H100 node, old order vs heads-fast (2026-11-21,
+    benchmarks/results/experiments/prefill_order_h100_2026-11-21.txt): heads-fast was faster where a
+    request's KV is 16 MB (4096-token prefill, 1 or 4 requests) and slower where it is 32-64 MB (4096 on a
+    4096 prefix -4.5 %, 16384 tokens -2.4 %): then the programs running at once read 8 heads' KV and
+    overflow L2. So heads-fast only when the KV fits in half the L2."""
     if is_decode_shape(max_query_len):
         block_m = config.block_m or decode_block_m(max_query_len, gqa_group)
     else:
@@ -247,9 +258,10 @@ def plan_launch(config: TritonAttnConfig, *, num_tokens: int, batch: int, max_qu
     block_q = block_m // gqa_group
     one_per_req = block_q >= max(1, max_query_len)
     grid0 = batch if one_per_req else num_tokens // block_q + batch
+    heads_fast = not one_per_req and 0 < kv_bytes_per_request <= l2 // 2
     return LaunchPlan(block_m=block_m, block_q=block_q, block_n=config.block_n,
                       num_splits=config.num_splits or 1, grid0=max(1, grid0), one_per_req=one_per_req,
-                      num_warps=config.num_warps, num_stages=config.num_stages)
+                      num_warps=config.num_warps, num_stages=config.num_stages, heads_fast=heads_fast)
 
 
 def split_buffers(workspace: torch.Tensor | None, *, splits: int, num_tokens: int, num_heads: int,
@@ -293,6 +305,7 @@ __all__ = [
     "check_query_io",
     "check_runnable",
     "interpreting",
+    "l2_bytes",
     "locate_qblock",
     "merge_splits",
     "num_sms",

@@ -26,8 +26,9 @@ import triton.language as tl
 
 from hwtune.probes.kernels._common import (
     LOG2E,
-    check_runnable,
     check_query_io,
+    check_runnable,
+    l2_bytes,
     merge_splits,
     num_sms,
     plan_launch,
@@ -213,7 +214,9 @@ def paged_attention(
                                 max_query_len=max_query_len, max_seq_len=max_seq_len, head_size=head_size,
                                 gqa_group=group, num_sms=num_sms(q.device), num_kv_heads=num_kv_heads)
     plan = plan_launch(config, num_tokens=num_tokens, batch=batch, max_query_len=max_query_len,
-                       head_size=head_size, gqa_group=group)
+                       head_size=head_size, gqa_group=group, l2=l2_bytes(q.device),
+                       kv_bytes_per_request=2 * max_seq_len * num_kv_heads * head_size
+                       * k_cache.element_size())
     splits = plan.num_splits
     if splits > 1:
         part_o, part_lse = split_buffers(workspace, splits=splits, num_tokens=num_tokens, num_heads=num_heads,

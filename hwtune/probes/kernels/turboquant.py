@@ -25,6 +25,7 @@ from hwtune.probes.kernels._common import (
     LOG2E,
     check_query_io,
     check_runnable,
+    l2_bytes,
     merge_splits,
     num_sms,
     plan_launch,
@@ -247,7 +248,9 @@ def paged_attention(
                                    head_size=head_size, gqa_group=group, num_sms=num_sms(q.device),
                                    num_kv_heads=cache.num_kv_heads)
     plan = plan_launch(config, num_tokens=num_tokens, batch=batch, max_query_len=max_query_len,
-                       head_size=head_size, gqa_group=group)
+                       head_size=head_size, gqa_group=group, l2=l2_bytes(q.device),
+                       kv_bytes_per_request=max_seq_len * bytes_per_token(cache.num_kv_heads, head_size,
+                                                                          cache.bits))
     splits = plan.num_splits
     if splits > 1:
         part_o, part_lse = split_buffers(workspace, splits=splits, num_tokens=num_tokens, num_heads=num_heads,

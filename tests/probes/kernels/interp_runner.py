@@ -1,6 +1,6 @@
 """Run the interpreter case grid in this process under TRITON_INTERPRET=1 and print JSON results.
 
-Usage: ``python -m tests.probes.kernels.interp_runner [--shard I/N] [--tensor-core-dot] [case ...]``.
+Usage: ``python -m tests.probes.kernels.interp_runner [--shard I/N] [--tensor-core-dot] [--no-l2] [case ...]``.
 It must be a fresh process: Triton decides at decoration time whether a kernel is interpreted, so the
 variable has to be set before ``triton`` and the kernel modules are imported (the pytest session may
 already have imported them).
@@ -66,6 +66,10 @@ def main(argv: list[str]) -> int:
             shard, n_shards = (int(x) for x in next(it).split("/"))
         elif arg == "--tensor-core-dot":
             TENSOR_CORE_DOT["on"] = True
+        elif arg == "--no-l2":  # an L2 of 0 bytes: prefill launches keep the (query tile, KV head) order
+            from hwtune.probes.kernels import triton_attention, turboquant
+
+            triton_attention.l2_bytes = turboquant.l2_bytes = lambda device: 0
         else:
             names.append(arg)
     names = names or sorted(TENSOR_CORE_CASES if TENSOR_CORE_DOT["on"] else INTERP_CASES)

@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parents[3]
 SHARDS = 2
 
 
-def _run_shard(shard: int, *flags: str) -> dict:
+def _run_shard(shard: int, *flags: str, shards: int = SHARDS) -> dict:
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "tests.probes.kernels.interp_runner", "--shard", f"{shard}/{SHARDS}",
+    proc = subprocess.run([sys.executable, "-m", "tests.probes.kernels.interp_runner", "--shard", f"{shard}/{shards}",
                            *flags], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     if proc.returncode != 0:
         raise RuntimeError(f"interpreter runner shard {shard} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
@@ -64,3 +64,19 @@ def test_kernel_case_in_interpreter(case: str, interp_results: dict) -> None:
 @pytest.mark.parametrize("case", sorted(TENSOR_CORE_CASES))
 def test_kernel_case_with_tensor_core_accumulation(case: str, tensor_core_results: dict) -> None:
     _assert_passed(case, tensor_core_results[case])
+
+
+#: prefill-style cases of both kernels, run again with the L2-friendly program order (KV head on axis 1)
+#: that big contexts get on a GPU; the interpreter's small shapes otherwise always take the heads-fast order
+L2_ORDER_CASES = ("prefill_prefix_d128_multi_tile", "prefill_default_config", "mixed_batch_split2",
+                  "tq_prefill_fp16_4bit")
+
+
+@pytest.fixture(scope="session")
+def no_l2_results() -> dict:
+    return _run_shard(0, "--no-l2", *L2_ORDER_CASES, shards=1)
+
+
+@pytest.mark.parametrize("case", L2_ORDER_CASES)
+def test_prefill_case_with_the_l2_friendly_order(case: str, no_l2_results: dict) -> None:
+    _assert_passed(case, no_l2_results[case])

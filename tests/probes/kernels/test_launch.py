@@ -9,17 +9,31 @@ from hwtune.probes.kernels._common import check_query_io, plan_launch
 from hwtune.probes.kernels.configs import TritonAttnConfig
 
 
-def test_prefill_grid_puts_kv_heads_on_the_fastest_axis() -> None:
-    plan = plan_launch(TritonAttnConfig(128, 1, 8, 3), num_tokens=4096, batch=1, max_query_len=4096,
-                       head_size=128, gqa_group=4)
+MIB = 2**20
+
+
+def _prefill_plan(kv_mib: int, l2_mib: int = 50):
+    return plan_launch(TritonAttnConfig(128, 1, 8, 3), num_tokens=4096, batch=1, max_query_len=4096,
+                       head_size=128, gqa_group=4, kv_bytes_per_request=kv_mib * MIB, l2=l2_mib * MIB)
+
+
+def test_prefill_grid_puts_kv_heads_on_the_fastest_axis_when_the_kv_fits_half_the_l2() -> None:
+    plan = _prefill_plan(16)  # 4096 tokens x 8 KV heads x 128 x bf16 x (K, V)
     assert plan.heads_fast and plan.block_q == 32
     # 4096 / 32 query tiles (+1 per request: the grid is a bound) x 8 KV heads on axis 0
     assert plan.grid(8) == ((4096 // 32 + 1) * 8, 1, 1)
 
 
+@pytest.mark.parametrize("kv_mib,l2_mib", [(32, 50), (64, 50), (16, 0), (0, 50)])
+def test_prefill_grid_keeps_one_kv_head_at_a_time_when_the_kv_would_overflow_l2(kv_mib: int, l2_mib: int) -> None:
+    plan = _prefill_plan(kv_mib, l2_mib)  # unknown sizes (0) keep the L2-friendly order
+    assert not plan.heads_fast
+    assert plan.grid(8) == (4096 // 32 + 1, 8, 1)
+
+
 def test_decode_grid_keeps_one_program_per_request_and_kv_head() -> None:
     plan = plan_launch(TritonAttnConfig(64, 4, 4, 3), num_tokens=16, batch=16, max_query_len=1,
-                       head_size=128, gqa_group=4)
+                       head_size=128, gqa_group=4, kv_bytes_per_request=MIB, l2=50 * MIB)
     assert not plan.heads_fast and plan.one_per_req
     assert plan.grid(8) == (16, 8, 4)
 
