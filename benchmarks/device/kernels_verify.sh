@@ -16,17 +16,5 @@ for L in NHD HND; do
   run fi_$L --backend FLASHINFER -t fa2-tc --kv-layout $L --phase decode --batch 16 --context 32768
 done
 run ta_prefill --backend TRITON_ATTN -t auto --phase prefill --batch 1 --context 4096 --query-len 4096
-python3 - "$OUT" <<'PY'
-import json, pathlib, sys
-for f in sorted(pathlib.Path(sys.argv[1]).glob("h_*.json")):
-    try:
-        recs = json.loads(f.read_text())
-    except ValueError as exc:
-        print(f.name, "unreadable:", exc); continue
-    for r in recs:
-        s = r.get("stats") or {}; w = r["workload"]
-        print(f.name, w["phase"], w["batch"], w["context_len"], w["spec"]["kv_layout"], w["spec"]["kv_cache_dtype"],
-              r["backend"], r["tactic"], r["status"], round(s.get("median_us") or 0, 1), r["timing_method"],
-              (r.get("error") or {}).get("rel_l2"), (r.get("extra") or {}).get("config"), r["message"][:160])
-PY
+python3 benchmarks/device/print_records.py "$OUT"
 tail -3 "$OUT/h_err.txt" 2>/dev/null
