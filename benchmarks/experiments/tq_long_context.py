@@ -7,6 +7,11 @@ small grid; every config's output is checked against the auto config's (max abs 
 timed. Timing and problems come from kernels_bench (graph replay, cold L2 when the data fits 3x L2).
 
     python benchmarks/experiments/tq_long_context.py [seconds]
+    python benchmarks/experiments/tq_long_context.py [seconds] --ab   # auto split rule: before vs now
+
+``--ab`` times, on the headline TURBOQUANT grid and the shapes above, the auto config as it was (splits for
+about 3 programs per SM, not rounded) against the current one (rounded down to a power of two), alternated
+twice, both checked against each other first.
 """
 
 from __future__ import annotations
@@ -25,7 +30,12 @@ import kernels_bench as kb  # noqa: E402
 
 from hwtune.probes.kernels import turboquant as tq  # noqa: E402
 from hwtune.probes.kernels._common import num_sms  # noqa: E402
-from hwtune.probes.kernels.configs import TritonAttnConfig, turboquant_config, workspace_size  # noqa: E402
+from hwtune.probes.kernels.configs import (  # noqa: E402
+    TritonAttnConfig,
+    choose_num_splits,
+    turboquant_config,
+    workspace_size,
+)
 
 SHAPES = ((1, 131072), (1, 32768), (2, 65536), (4, 32768))
 GRID = list(itertools.product((128, 256), (8, 16, 32, 48, 64, 96, 128), (4, 8), (3, 4)))
@@ -39,8 +49,45 @@ def tq_call(p: dict, cache: tq.TurboQuantCache, config: TritonAttnConfig, out: t
                                       softmax_scale=p["head_size"] ** -0.5, config=config, workspace=ws)
 
 
+def ab(budget: float) -> int:
+    start = time.time()
+    print(torch.cuda.get_device_name(0), time.strftime("%Y-%m-%d"), "auto split rule A/B (old, new)")
+    sms = num_sms(torch.device("cuda"))
+    for batch, ctx in ((16, 8192), (16, 32768), (16, 131072), (1, 131072), (64, 8192), *SHAPES[1:]):
+        p = kb.paged(batch, ctx)
+        tq_bytes = batch * ctx * tq.bytes_per_token(p["h_kv"], p["head_size"], 4)
+        for layout in ("NHD", "HND"):
+            cache = kb.tq_cache_from_bf16(p, 4, layout)
+            new = turboquant_config(bits=4, phase="decode", batch=batch, max_query_len=1, max_seq_len=ctx,
+                                    head_size=p["head_size"], gqa_group=p["h_q"] // p["h_kv"], num_sms=sms,
+                                    num_kv_heads=p["h_kv"])
+            old_splits = choose_num_splits(programs=batch * p["h_kv"], max_seq_len=ctx, num_sms=sms, decode=True,
+                                           per_sm=3, min_tokens=4 * new.block_n)
+            old = TritonAttnConfig(new.block_n, old_splits, new.num_warps, new.num_stages)
+            o_old, o_new = torch.empty_like(p["q"]), torch.empty_like(p["q"])
+            calls = {"old": tq_call(p, cache, old, o_old), "new": tq_call(p, cache, new, o_new)}
+            for c in calls.values():
+                c()
+            err = (o_old.float() - o_new.float()).abs().max().item()
+            times: dict[str, list[float]] = {"old": [], "new": []}
+            for _ in range(2 if old != new else 1):
+                for side in ("old", "new") if old != new else ("new",):
+                    times[side].append(kb.time_ms(calls[side], touched_bytes=tq_bytes, inner=5, reps=15)[0] * 1e3)
+            print(f"b{batch} ctx{ctx} {layout}: old {old.name()} {[round(t, 1) for t in times['old']]} us; "
+                  f"new {new.name()} {[round(t, 1) for t in times['new']]} us; max|d| {err:.2g}")
+            del cache
+        del p
+        torch.cuda.empty_cache()
+        if time.time() - start > budget:
+            print("budget spent")
+            break
+    return 0
+
+
 def main() -> int:
     budget = float(sys.argv[1]) if len(sys.argv) > 1 else 300.0
+    if "--ab" in sys.argv:
+        return ab(budget)
     start = time.time()
     kb.FI_DECODE.clear()
     kb.FI_DECODE.update({"fa2", "fa2-tc"})

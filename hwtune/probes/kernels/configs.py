@@ -180,8 +180,8 @@ def turboquant_config(
     num_kv_heads: int | None = None,
 ) -> TritonAttnConfig:
     """TURBOQUANT's "auto" tactic. Decode: KV tiles of about ``TQ_TILE_BYTES`` of codes (32..256 tokens),
-    4 warps, 3 stages, and fewer splits than TRITON_ATTN (about 3 programs per SM, about 4 tiles per split):
-    bigger tiles already keep each SM busy. Prefill-style launches keep the configuration TURBOQUANT was
+    4 warps, 3 stages, and fewer splits than TRITON_ATTN (up to about 3 programs per SM, at least 4 tiles
+    per split, rounded down to a power of two): bigger tiles already keep each SM busy. Prefill-style launches keep the configuration TURBOQUANT was
     verified with (64-token KV tiles; 32 for head 256)."""
     if bits not in (4, 8):
         raise ValueError(f"TURBOQUANT codes are 4 or 8 bits, got {bits}")
@@ -201,7 +201,10 @@ def turboquant_config(
     programs = batch * kv_heads * cdiv(max(1, max_query_len), block_q)
     splits = choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=True,
                                per_sm=3, min_tokens=4 * block_n)
-    return TritonAttnConfig(block_n=block_n, num_splits=splits, num_warps=4, num_stages=3)
+    # rounded down to a power of two: at 1 x 128k (8 KV heads) 32 splits took 140 us, 48 took 165 and the
+    # unrounded 50 took 166; 2 x 64k and 4 x 32k were fastest at 16 and 8 (H100, 2026-11-21,
+    # benchmarks/results/experiments/tq_long_context_h100_2026-11-21.txt). Equal whole tiles per split.
+    return TritonAttnConfig(block_n=block_n, num_splits=1 << (splits.bit_length() - 1), num_warps=4, num_stages=3)
 
 
 def config_space(
