@@ -14,7 +14,9 @@ attention over two disjoint KV sets merges exactly (DCP).
 
 KV caches: ``k_cache``/``v_cache`` are 4-D views with any strides (NHD ``[blocks, page, kv_heads, D]`` or
 HND ``[blocks, kv_heads, page, D]``) whose last dimension is contiguous; fp16/bf16, or fp8 e4m3 with
-per-tensor ``k_scale``/``v_scale`` (folded into the softmax scale and the output). Head size 96 runs as
+per-tensor ``k_scale``/``v_scale`` (folded into the softmax scale and the output). With fp8 KV and bf16
+queries both dots run in fp16 (the hardware converts e4m3 to fp16 directly, to bf16 only through fp32):
+query values are exact in fp16 up to its range, and clamped to +-65504 beyond it. Head size 96 runs as
 128 with masked lanes.
 """
 
@@ -111,7 +113,7 @@ def _paged_attn_kernel(
     stride_ot, stride_oh, stride_lt, stride_lh, stride_ps, stride_pt, stride_ph,
     HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
     BLOCK_N: tl.constexpr, GROUP: tl.constexpr, PAGE_SIZE: tl.constexpr, ONE_PER_REQ: tl.constexpr,
-    HEADS_FAST: tl.constexpr, SPLIT: tl.constexpr, WRITE_LSE: tl.constexpr,
+    HEADS_FAST: tl.constexpr, SPLIT: tl.constexpr, WRITE_LSE: tl.constexpr, F16_DOTS: tl.constexpr,
 ):
     pid_q, kv_head, split = program_coords(num_kv_heads, HEADS_FAST)
     tiles_left, req, rows_tok, rows_pos, head, row_ok, first_pos, kv_end = query_tile(
@@ -125,6 +127,8 @@ def _paged_attn_kernel(
         q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
     else:
         q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    if F16_DOTS:  # fp8 KV with bf16 queries: e4m3 -> fp16 is one instruction per pair, e4m3 -> bf16 is not
+        q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
 
     if SPLIT:
         t0, t1, full_end = split_tile_range(kv_end, first_pos, split, num_splits, BLOCK_N)
@@ -234,6 +238,7 @@ def paged_attention(
         HEAD_D=head_size, BLOCK_D=next_pow2(head_size), BLOCK_M=plan.block_m, BLOCK_Q=plan.block_q,
         BLOCK_N=plan.block_n, GROUP=group, PAGE_SIZE=page_size, ONE_PER_REQ=plan.one_per_req,
         HEADS_FAST=plan.heads_fast, SPLIT=splits > 1, WRITE_LSE=lse is not None,
+        F16_DOTS=k_cache.dtype == torch.float8_e4m3fn and q.dtype == torch.bfloat16,
         num_warps=plan.num_warps, num_stages=plan.num_stages,
     )
     if splits > 1:
