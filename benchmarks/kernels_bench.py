@@ -157,7 +157,8 @@ def auto_config(p: dict) -> ta.TritonAttnConfig:
     return ta.default_config(phase="decode" if p["q_len"] <= 1 else "mixed", batch=p["batch"],
                              max_query_len=p["q_len"], max_seq_len=p["ctx"], head_size=p["head_size"],
                              gqa_group=p["h_q"] // p["h_kv"],
-                             num_sms=torch.cuda.get_device_properties(0).multi_processor_count, num_kv_heads=p["h_kv"])
+                             num_sms=torch.cuda.get_device_properties(0).multi_processor_count, num_kv_heads=p["h_kv"],
+                             kv_cache_bytes=p["kv"].element_size())
 
 
 def triton_call(p: dict, config: ta.TritonAttnConfig | None) -> Callable[[], None]:
@@ -250,7 +251,8 @@ def decode(args: argparse.Namespace) -> None:
 def _tune(p: dict, args: argparse.Namespace, phase: str) -> dict:
     space = ta.config_space(phase=phase, head_size=p["head_size"], batch=p["batch"], max_query_len=p["q_len"],
                             max_seq_len=p["ctx"], gqa_group=p["h_q"] // p["h_kv"],
-                            num_sms=torch.cuda.get_device_properties(0).multi_processor_count, num_kv_heads=p["h_kv"])
+                            num_sms=torch.cuda.get_device_properties(0).multi_processor_count, num_kv_heads=p["h_kv"],
+                            kv_cache_bytes=p["kv"].element_size())
     best = (math.inf, None)
     for cfg in space:
         try:

@@ -114,6 +114,11 @@ def _prefill_splits(*, block_m: int, batch: int, kv_heads: int, max_query_len: i
     return choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=False)
 
 
+def _pow2_floor(n: int) -> int:
+    """Largest power of two <= n (n >= 1): equal whole tiles per split for power-of-two contexts."""
+    return 1 << (max(1, n).bit_length() - 1)
+
+
 def _validate_head_size(head_size: int) -> None:
     if head_size not in HEAD_SIZES:
         raise ValueError(f"hwtune's Triton attention supports head sizes {HEAD_SIZES}, got {head_size}")
@@ -129,10 +134,18 @@ def default_config(
     gqa_group: int,
     num_sms: int,
     num_kv_heads: int | None = None,
+    kv_cache_bytes: int = 2,
 ) -> TritonAttnConfig:
     """The "auto" tactic. ``phase`` ("decode", "prefill", "mixed") is informative: the launch style follows
     ``max_query_len`` (a mixed batch with a long prefill chunk runs prefill-style). Pass ``num_kv_heads``:
-    without it the split count assumes a single KV head (more splits than needed, still correct)."""
+    without it the split count assumes a single KV head (more splits than needed, still correct).
+    ``kv_cache_bytes`` is the size of one cache element (2 for bf16/fp16, 1 for fp8).
+
+    fp8 decode keeps a KV tile's bytes (twice the tokens, at most 128) and uses TURBOQUANT's split rule
+    (about 3 programs per SM, >= 4 tiles per split, rounded down to a power of two) with 2 stages: a search
+    on the H100 (2026-11-21, benchmarks/results/experiments/fp8_decode_configs_h100_2026-11-21.txt) found
+    128-token tiles and a quarter of the bf16 rule's splits 20-27 % faster on all five shapes tried, where
+    64-token fp8 tiles spent their time on per-tile work, as TURBOQUANT's 64-token tiles had."""
     if phase not in ("decode", "prefill", "mixed"):
         raise ValueError(f"phase must be 'decode', 'prefill' or 'mixed', got {phase!r}")
     _validate_head_size(head_size)
@@ -141,8 +154,13 @@ def default_config(
         block_m = decode_block_m(max_query_len, gqa_group)
         block_q = max(1, block_m // gqa_group)
         programs = batch * kv_heads * cdiv(max(1, max_query_len), block_q)
-        splits = choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=True)
         block_n = {64: 128, 96: 64, 128: 64, 256: 32}[head_size]
+        if kv_cache_bytes == 1:
+            block_n = min(128, 2 * block_n)
+            splits = choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=True,
+                                       per_sm=3, min_tokens=4 * block_n)
+            return TritonAttnConfig(block_n=block_n, num_splits=_pow2_floor(splits), num_warps=4, num_stages=2)
+        splits = choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=True)
         return TritonAttnConfig(block_n=block_n, num_splits=splits, num_warps=4,
                                 num_stages=2 if head_size == 256 else 3)
     block_m = prefill_block_m(head_size, gqa_group)
@@ -204,7 +222,7 @@ def turboquant_config(
     # rounded down to a power of two: at 1 x 128k (8 KV heads) 32 splits took 140 us, 48 took 165 and the
     # unrounded 50 took 166; 2 x 64k and 4 x 32k were fastest at 16 and 8 (H100, 2026-11-21,
     # benchmarks/results/experiments/tq_long_context_h100_2026-11-21.txt). Equal whole tiles per split.
-    return TritonAttnConfig(block_n=block_n, num_splits=1 << (splits.bit_length() - 1), num_warps=4, num_stages=3)
+    return TritonAttnConfig(block_n=block_n, num_splits=_pow2_floor(splits), num_warps=4, num_stages=3)
 
 
 def config_space(
@@ -217,6 +235,7 @@ def config_space(
     gqa_group: int = 1,
     num_sms: int = 132,
     num_kv_heads: int | None = None,
+    kv_cache_bytes: int = 2,
 ) -> list[TritonAttnConfig]:
     """Configs the "tuned" tactic searches for one workload; the "auto" config comes first, no duplicates.
 
@@ -224,7 +243,8 @@ def config_space(
     KV tile) pairs x warps x stages (24 or fewer). Every config here runs correctly; only speed differs.
     """
     auto = default_config(phase=phase, batch=batch, max_query_len=max_query_len, max_seq_len=max_seq_len,
-                          head_size=head_size, gqa_group=gqa_group, num_sms=num_sms, num_kv_heads=num_kv_heads)
+                          head_size=head_size, gqa_group=gqa_group, num_sms=num_sms, num_kv_heads=num_kv_heads,
+                          kv_cache_bytes=kv_cache_bytes)
     out: list[TritonAttnConfig] = [auto]
     if is_decode_shape(max_query_len):
         s = auto.num_splits or 1

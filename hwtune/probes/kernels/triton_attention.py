@@ -216,7 +216,8 @@ def paged_attention(
     if config is None:
         config = default_config(phase="decode" if max_query_len <= 1 else "mixed", batch=batch,
                                 max_query_len=max_query_len, max_seq_len=max_seq_len, head_size=head_size,
-                                gqa_group=group, num_sms=num_sms(q.device), num_kv_heads=num_kv_heads)
+                                gqa_group=group, num_sms=num_sms(q.device), num_kv_heads=num_kv_heads,
+                                kv_cache_bytes=k_cache.element_size())
     plan = plan_launch(config, num_tokens=num_tokens, batch=batch, max_query_len=max_query_len,
                        head_size=head_size, gqa_group=group, l2=l2_bytes(q.device),
                        kv_bytes_per_request=2 * max_seq_len * num_kv_heads * head_size

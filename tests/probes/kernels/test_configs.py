@@ -154,3 +154,26 @@ def test_turboquant_prefill_keeps_its_verified_tiles_and_rejects_other_widths() 
     assert (cfg.block_n, cfg.block_m, cfg.num_warps) == (64, 128, 8)
     with pytest.raises(ValueError, match="4 or 8 bits"):
         _tq(3, 128, batch=1, max_seq_len=4096)
+
+
+@pytest.mark.parametrize("batch,context,splits", [(16, 8192, 4), (16, 32768, 4), (64, 8192, 1), (1, 131072, 32),
+                                                  (4, 16384, 8)])
+def test_fp8_decode_keeps_the_tile_bytes_and_splits_like_turboquant(batch: int, context: int, splits: int) -> None:
+    # the five shapes of the H100 fp8 config search (2026-11-21): 128-token tiles, 2 stages; best splits were
+    # 2, 2, 1, 32, 8 (4 was within 1.5 % of 2 at batch 16)
+    cfg = default_config(phase="decode", batch=batch, max_query_len=1, max_seq_len=context, head_size=128,
+                         gqa_group=4, num_sms=132, num_kv_heads=8, kv_cache_bytes=1)
+    assert (cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.num_splits) == (128, 4, 2, splits)
+    bf16 = default_config(phase="decode", batch=batch, max_query_len=1, max_seq_len=context, head_size=128,
+                          gqa_group=4, num_sms=132, num_kv_heads=8)
+    assert bf16.block_n == 64  # bf16 decode keeps its own rule
+    space = config_space(phase="decode", head_size=128, batch=batch, max_seq_len=context, gqa_group=4,
+                         num_sms=132, num_kv_heads=8, kv_cache_bytes=1)
+    assert space[0] == cfg
+
+
+@pytest.mark.parametrize("head_size,block_n", [(64, 128), (96, 128), (256, 64)])
+def test_fp8_decode_tiles_stay_within_the_searched_widths(head_size: int, block_n: int) -> None:
+    cfg = default_config(phase="decode", batch=16, max_query_len=1, max_seq_len=8192, head_size=head_size,
+                         gqa_group=4, num_sms=132, num_kv_heads=8, kv_cache_bytes=1)
+    assert cfg.block_n == block_n
