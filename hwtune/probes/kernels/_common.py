@@ -245,11 +245,13 @@ def plan_launch(config: TritonAttnConfig, *, num_tokens: int, batch: int, max_qu
     """Tile geometry and grid from host integers only.
 
     ``kv_bytes_per_request`` (all KV heads, K and V, at the longest context) against ``l2`` chooses the
-    program order of prefill-style launches. Same H100 node, old order vs heads-fast (2026-11-21,
-    benchmarks/results/experiments/prefill_order_h100_2026-11-21.txt): heads-fast was faster where a
-    request's KV is 16 MB (4096-token prefill, 1 or 4 requests) and slower where it is 32-64 MB (4096 on a
-    4096 prefix -4.5 %, 16384 tokens -2.4 %): then the programs running at once read 8 heads' KV and
-    overflow L2. So heads-fast only when the KV fits in half the L2."""
+    program order of prefill-style launches (decode-style launches, speculative decode included, keep the
+    3-D grid: their programs do equal work). On the H100 (2026-11-21, benchmarks/results/experiments/
+    prefill_variants_h100_2026-11-21.txt and prefill_order_h100_2026-11-21.txt) heads-fast was 1.5-2 %
+    faster where a request's KV is 16 MB (4096-token prefill, 1 or 4 requests), even to 1 % faster at 8192
+    tokens from empty (32 MB), and slower for 4096 tokens on a 4096 prefix (32 MB, 3-5 %) and at 16384 tokens
+    (64 MB, 2.4 %): the programs running at once then read 8 heads' KV and overflow L2. So heads-fast only
+    when the KV fits in half the L2 (conservative at 32 MB)."""
     if is_decode_shape(max_query_len):
         block_m = config.block_m or decode_block_m(max_query_len, gqa_group)
     else:
@@ -258,7 +260,7 @@ def plan_launch(config: TritonAttnConfig, *, num_tokens: int, batch: int, max_qu
     block_q = block_m // gqa_group
     one_per_req = block_q >= max(1, max_query_len)
     grid0 = batch if one_per_req else num_tokens // block_q + batch
-    heads_fast = not one_per_req and 0 < kv_bytes_per_request <= l2 // 2
+    heads_fast = not is_decode_shape(max_query_len) and 0 < kv_bytes_per_request <= l2 // 2
     return LaunchPlan(block_m=block_m, block_q=block_q, block_n=config.block_n,
                       num_splits=config.num_splits or 1, grid0=max(1, grid0), one_per_req=one_per_req,
                       num_warps=config.num_warps, num_stages=config.num_stages, heads_fast=heads_fast)

@@ -144,8 +144,9 @@ def default_config(
     fp8 decode keeps a KV tile's bytes (twice the tokens, at most 128) and uses TURBOQUANT's split rule
     (about 3 programs per SM, >= 4 tiles per split, rounded down to a power of two) with 2 stages: a search
     on the H100 (2026-11-21, benchmarks/results/experiments/fp8_decode_configs_h100_2026-11-21.txt) found
-    128-token tiles and a quarter of the bf16 rule's splits 20-27 % faster on all five shapes tried, where
-    64-token fp8 tiles spent their time on per-tile work, as TURBOQUANT's 64-token tiles had."""
+    128-token tiles with a quarter to a half of the bf16 rule's splits fastest (the resulting auto configs
+    take 21-26 % less time on all five shapes tried), where 64-token fp8 tiles spent their time on per-tile
+    work, as TURBOQUANT's 64-token tiles had."""
     if phase not in ("decode", "prefill", "mixed"):
         raise ValueError(f"phase must be 'decode', 'prefill' or 'mixed', got {phase!r}")
     _validate_head_size(head_size)

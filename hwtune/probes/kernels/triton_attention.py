@@ -16,7 +16,8 @@ KV caches: ``k_cache``/``v_cache`` are 4-D views with any strides (NHD ``[blocks
 HND ``[blocks, kv_heads, page, D]``) whose last dimension is contiguous; fp16/bf16, or fp8 e4m3 with
 per-tensor ``k_scale``/``v_scale`` (folded into the softmax scale and the output). With fp8 KV and bf16
 queries both dots run in fp16 (the hardware converts e4m3 to fp16 directly, to bf16 only through fp32):
-query values are exact in fp16 up to its range, and clamped to +-65504 beyond it. Head size 96 runs as
+bf16 query values are exact in fp16 from 2^-14 to 65504 (smaller ones lose bits, negligibly; larger
+ones are clamped to +-65504). Head size 96 runs as
 128 with masked lanes.
 """
 

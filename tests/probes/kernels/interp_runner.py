@@ -52,6 +52,25 @@ def _patched_dot(self, a, b, d, input_precision, max_num_imprecise_acc):  # type
 _interp.InterpreterBuilder.create_dot = _patched_dot
 
 
+def _record_program_orders() -> list[bool]:
+    """Wrap both kernels' ``plan_launch`` to record each launch's program order (``heads_fast``), so the
+    tests can check which order a case ran in."""
+    from hwtune.probes.kernels import triton_attention, turboquant
+
+    seen: list[bool] = []
+
+    def wrap(plan_launch):  # type: ignore[no-untyped-def]
+        def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+            plan = plan_launch(*args, **kwargs)
+            seen.append(plan.heads_fast)
+            return plan
+        return spy
+
+    triton_attention.plan_launch = wrap(triton_attention.plan_launch)
+    turboquant.plan_launch = wrap(turboquant.plan_launch)
+    return seen
+
+
 def main(argv: list[str]) -> int:
     import torch
 
@@ -75,13 +94,16 @@ def main(argv: list[str]) -> int:
     names = names or sorted(TENSOR_CORE_CASES if TENSOR_CORE_DOT["on"] else INTERP_CASES)
     names = [n for i, n in enumerate(names) if i % n_shards == shard]
     results = {}
+    orders = _record_program_orders()
     for name in names:
         start = time.perf_counter()
+        orders.clear()
         try:
             checks = INTERP_CASES[name]("cpu")
             results[name] = {"checks": {k: [float(v), float(lim)] for k, (v, lim) in checks.items()}}
         except Exception:
             results[name] = {"error": traceback.format_exc()}
+        results[name]["heads_fast"] = list(orders)
         results[name]["seconds"] = round(time.perf_counter() - start, 2)
     json.dump(results, sys.stdout)
     return 0

@@ -78,5 +78,8 @@ def no_l2_results() -> dict:
 
 
 @pytest.mark.parametrize("case", L2_ORDER_CASES)
-def test_prefill_case_with_the_l2_friendly_order(case: str, no_l2_results: dict) -> None:
+def test_prefill_case_with_the_l2_friendly_order(case: str, no_l2_results: dict, interp_results: dict) -> None:
     _assert_passed(case, no_l2_results[case])
+    assert no_l2_results[case]["heads_fast"] and not any(no_l2_results[case]["heads_fast"])
+    # the same case in the main grid (an L2 of 50 MiB, KV of a few KiB) ran heads-fast
+    assert all(interp_results[case]["heads_fast"]), interp_results[case]["heads_fast"]

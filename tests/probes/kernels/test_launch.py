@@ -8,7 +8,6 @@ import torch
 from hwtune.probes.kernels._common import check_query_io, plan_launch
 from hwtune.probes.kernels.configs import TritonAttnConfig
 
-
 MIB = 2**20
 
 
@@ -36,6 +35,14 @@ def test_decode_grid_keeps_one_program_per_request_and_kv_head() -> None:
                        head_size=128, gqa_group=4, kv_bytes_per_request=MIB, l2=50 * MIB)
     assert not plan.heads_fast and plan.one_per_req
     assert plan.grid(8) == (16, 8, 4)
+
+
+def test_speculative_decode_spanning_tiles_keeps_the_decode_grid() -> None:
+    # 9 tokens x a group of 16 = 144 rows: two tiles per request, yet equal work per program: no reordering
+    plan = plan_launch(TritonAttnConfig(64, 2, 4, 3), num_tokens=18, batch=2, max_query_len=9, head_size=128,
+                       gqa_group=16, kv_bytes_per_request=MIB, l2=50 * MIB)
+    assert not plan.one_per_req and plan.block_q == 8
+    assert not plan.heads_fast and plan.grid(2) == (18 // 8 + 2, 2, 2)
 
 
 def _io(**over: object) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
