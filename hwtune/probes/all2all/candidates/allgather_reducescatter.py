@@ -17,7 +17,6 @@ from hwtune.probes.all2all.candidates.base import (
     Dispatched,
     LocalBatch,
     pack_batch_rows,
-    unpack_batch_rows,
 )
 
 
@@ -30,12 +29,7 @@ class AllGatherReduceScatterCandidate(Candidate):
         rows = pack_batch_rows(batch)
         gathered = torch.empty((ws * t, rows.shape[1]), dtype=torch.uint8, device=rows.device)
         dist.all_gather_into_tensor(gathered, rows, group=self.ctx.group)
-        payload, ids, weights, _ = unpack_batch_rows(gathered, batch.payload, self.spec.topk)
-        out = Dispatched(payload=payload, expert_ids=self.local_expert_ids(ids), weights=weights, state=t)
-        if verify:
-            idx = torch.arange(ws * t, device=rows.device)
-            out.src_rank, out.src_token = idx // t, idx % t
-        return out
+        return self.dispatched_from_gathered(gathered, batch, verify=verify)
 
     def combine(self, dispatched: Dispatched, expert_out: torch.Tensor) -> torch.Tensor:
         t = dispatched.state

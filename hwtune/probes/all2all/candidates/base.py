@@ -134,6 +134,18 @@ class Candidate:
         mine = (ids >= lo) & (ids < lo + self.experts_per_rank)
         return torch.where(mine, ids, torch.full_like(ids, -1))
 
+    def dispatched_from_gathered(self, rows: torch.Tensor, batch: LocalBatch, *, verify: bool) -> Dispatched:
+        """Dispatch result when every rank holds all ranks' packed rows in rank order (``world x tokens``
+        rows, as the broadcast and all-gather candidates build them); ``state`` keeps the per-rank token
+        count for the combine."""
+        t = batch.num_tokens
+        payload, ids, weights, _ = unpack_batch_rows(rows, batch.payload, self.spec.topk)
+        out = Dispatched(payload=payload, expert_ids=self.local_expert_ids(ids), weights=weights, state=t)
+        if verify:
+            idx = torch.arange(rows.shape[0], device=rows.device)
+            out.src_rank, out.src_token = idx // t, idx % t
+        return out
+
 
 # --- packed rows: payload parts + routing in one uint8 row per token --------------------------------------
 

@@ -15,7 +15,6 @@ from hwtune.probes.all2all.candidates.base import (
     Dispatched,
     LocalBatch,
     pack_batch_rows,
-    unpack_batch_rows,
 )
 
 
@@ -30,12 +29,7 @@ class NaiveCandidate(Candidate):
         buf[rank * t : (rank + 1) * t].copy_(rows)
         for src in range(ws):
             dist.broadcast(buf[src * t : (src + 1) * t], src=src, group=self.ctx.group)
-        payload, ids, weights, _ = unpack_batch_rows(buf, batch.payload, self.spec.topk)
-        out = Dispatched(payload=payload, expert_ids=self.local_expert_ids(ids), weights=weights, state=t)
-        if verify:
-            idx = torch.arange(ws * t, device=rows.device)
-            out.src_rank, out.src_token = idx // t, idx % t
-        return out
+        return self.dispatched_from_gathered(buf, batch, verify=verify)
 
     def combine(self, dispatched: Dispatched, expert_out: torch.Tensor) -> torch.Tensor:
         t = dispatched.state
