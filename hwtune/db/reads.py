@@ -64,12 +64,9 @@ class StoreReads:
         if limit is not None:
             query = query.limit(limit)
         with self._read() as conn:
-            if environment_hash is not None:
-                # An id, not a subquery: SQLite's planner then keeps the workload index (see models.py).
-                env_id = self._environment_id(conn, environment_hash)
-                if env_id is None:
-                    return []
-                query = query.where(M.c.environment_id == env_id)
+            query = self._in_environment(conn, query, environment_hash)
+            if query is None:
+                return []
             return self._records(conn, conn.execute(query).mappings().all())
 
     def latencies(self, spec_key: str, *, environment_hash: str | None = None,
@@ -81,15 +78,22 @@ class StoreReads:
                         M.c.spread, M.c.ci95_rel, M.c.message, M.c.run_id, M.c.created_at)
                  .select_from(M.join(W, M.c.workload_id == W.c.id)).where(W.c.spec_key == spec_key))
         with self._read() as conn:
-            if environment_hash is not None:
-                env_id = self._environment_id(conn, environment_hash)
-                if env_id is None:
-                    return []
-                query = query.where(M.c.environment_id == env_id)
+            query = self._in_environment(conn, query, environment_hash)
+            if query is None:
+                return []
             if statuses is not None:
                 query = query.where(M.c.status.in_(list(statuses)))
             make = LatencyRow._make
             return [make(row) for row in conn.execute(query.order_by(M.c.id))]
+
+    def _in_environment(self, conn: Connection, query: Any, environment_hash: str | None) -> Any:
+        """``query`` limited to one environment's measurements; None when that environment was never stored
+        (nothing can match). An id, not a subquery: SQLite's planner then keeps the workload index (see
+        models.py)."""
+        if environment_hash is None:
+            return query
+        env_id = self._environment_id(conn, environment_hash)
+        return None if env_id is None else query.where(M.c.environment_id == env_id)
 
     def _environment_id(self, conn: Connection, environment_hash: str) -> int | None:
         env_id = self._env_ids.get(environment_hash)
