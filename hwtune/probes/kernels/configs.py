@@ -114,9 +114,15 @@ def _prefill_splits(*, block_m: int, batch: int, kv_heads: int, max_query_len: i
     return choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=False)
 
 
-def _pow2_floor(n: int) -> int:
-    """Largest power of two <= n (n >= 1): equal whole tiles per split for power-of-two contexts."""
-    return 1 << (max(1, n).bit_length() - 1)
+def _big_tile_decode_splits(*, programs: int, max_seq_len: int, num_sms: int, block_n: int) -> int:
+    """Splits of a decode launch whose KV tiles hold about 16 KiB (TURBOQUANT codes, fp8 KV): up to about 3
+    programs per SM, at least 4 tiles per split, rounded down to a power of two (equal whole tiles per
+    split for power-of-two contexts). At 1 x 128k (8 KV heads, TURBOQUANT 4-bit) 32 splits took 140 us, 48
+    took 165 and the unrounded 50 took 166; 2 x 64k and 4 x 32k were fastest at 16 and 8 (H100,
+    2026-11-21, benchmarks/results/experiments/tq_long_context_h100_2026-11-21.txt)."""
+    splits = choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=True,
+                               per_sm=3, min_tokens=4 * block_n)
+    return 1 << (splits.bit_length() - 1)
 
 
 def _validate_head_size(head_size: int) -> None:
@@ -158,9 +164,9 @@ def default_config(
         block_n = {64: 128, 96: 64, 128: 64, 256: 32}[head_size]
         if kv_cache_bytes == 1:
             block_n = min(128, 2 * block_n)
-            splits = choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=True,
-                                       per_sm=3, min_tokens=4 * block_n)
-            return TritonAttnConfig(block_n=block_n, num_splits=_pow2_floor(splits), num_warps=4, num_stages=2)
+            splits = _big_tile_decode_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms,
+                                             block_n=block_n)
+            return TritonAttnConfig(block_n=block_n, num_splits=splits, num_warps=4, num_stages=2)
         splits = choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=True)
         return TritonAttnConfig(block_n=block_n, num_splits=splits, num_warps=4,
                                 num_stages=2 if head_size == 256 else 3)
@@ -218,12 +224,8 @@ def turboquant_config(
     block_n = max(32, min(256, next_pow2(TQ_TILE_BYTES // (head_size * bits // 8))))
     block_q = max(1, decode_block_m(max_query_len, gqa_group) // gqa_group)
     programs = batch * kv_heads * cdiv(max(1, max_query_len), block_q)
-    splits = choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=True,
-                               per_sm=3, min_tokens=4 * block_n)
-    # rounded down to a power of two: at 1 x 128k (8 KV heads) 32 splits took 140 us, 48 took 165 and the
-    # unrounded 50 took 166; 2 x 64k and 4 x 32k were fastest at 16 and 8 (H100, 2026-11-21,
-    # benchmarks/results/experiments/tq_long_context_h100_2026-11-21.txt). Equal whole tiles per split.
-    return TritonAttnConfig(block_n=block_n, num_splits=_pow2_floor(splits), num_warps=4, num_stages=3)
+    splits = _big_tile_decode_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, block_n=block_n)
+    return TritonAttnConfig(block_n=block_n, num_splits=splits, num_warps=4, num_stages=3)
 
 
 def config_space(
