@@ -152,13 +152,17 @@ def paged(batch: int, ctx: int, *, q_len: int = 1, page: int = 16, kv_dtype=torc
             "kv_dtype": kv_dtype, "h_kv": h_kv, "h_q": h_q}
 
 
+def shape_args(p: dict) -> dict:
+    """What ``default_config``/``config_space`` take for this problem, as paged_attention passes it."""
+    return dict(batch=p["batch"], max_query_len=p["q_len"], max_seq_len=p["ctx"], head_size=p["head_size"],
+                gqa_group=p["h_q"] // p["h_kv"], num_sms=torch.cuda.get_device_properties(0).multi_processor_count,
+                num_kv_heads=p["h_kv"], kv_cache_bytes=p["kv"].element_size(), page_size=p["page"],
+                kv_tma=ta.kv_tma_unsupported(p["q"], p["kv"][:, 0], p["kv"][:, 1], p["layout"]) is None)
+
+
 def auto_config(p: dict) -> ta.TritonAttnConfig:
     """The "auto" tactic exactly as paged_attention would pick it (made explicit to size the workspace)."""
-    return ta.default_config(phase="decode" if p["q_len"] <= 1 else "mixed", batch=p["batch"],
-                             max_query_len=p["q_len"], max_seq_len=p["ctx"], head_size=p["head_size"],
-                             gqa_group=p["h_q"] // p["h_kv"],
-                             num_sms=torch.cuda.get_device_properties(0).multi_processor_count, num_kv_heads=p["h_kv"],
-                             kv_cache_bytes=p["kv"].element_size())
+    return ta.default_config(phase="decode" if p["q_len"] <= 1 else "mixed", **shape_args(p))
 
 
 def triton_call(p: dict, config: ta.TritonAttnConfig | None) -> Callable[[], None]:
@@ -249,10 +253,7 @@ def decode(args: argparse.Namespace) -> None:
 
 
 def _tune(p: dict, args: argparse.Namespace, phase: str) -> dict:
-    space = ta.config_space(phase=phase, head_size=p["head_size"], batch=p["batch"], max_query_len=p["q_len"],
-                            max_seq_len=p["ctx"], gqa_group=p["h_q"] // p["h_kv"],
-                            num_sms=torch.cuda.get_device_properties(0).multi_processor_count, num_kv_heads=p["h_kv"],
-                            kv_cache_bytes=p["kv"].element_size())
+    space = ta.config_space(phase=phase, **shape_args(p))
     best = (math.inf, None)
     for cfg in space:
         try:

@@ -41,11 +41,13 @@ from hwtune.probes.kernels._common import (
     split_tile_range,
     store_result,
 )
+from hwtune.probes.kernels._tma import KvMatrix, choose_kv_loads, kv_descriptors, kv_matrix, tma_unsupported
 from hwtune.probes.kernels.configs import (
     HEAD_SIZES,
     TritonAttnConfig,
     config_space,
     default_config,
+    is_decode_shape,
     next_pow2,
     workspace_size,
 )
@@ -56,40 +58,53 @@ KV_DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn)
 @triton.jit
 def _kv_tile(acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs_n, offs_d, d_ok,
              k_in_page, v_in_page, stride_kb, stride_kt, stride_vb, stride_vt, scale_log2,
-             BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr, D_PADDED: tl.constexpr):
+             desc_k, desc_v, tma_rows_per_block, tma_row0, tma_col,
+             BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr, D_PADDED: tl.constexpr,
+             TMA: tl.constexpr):
     """One KV tile of the online softmax (running max ``m_i`` in log2 units).
 
     The scale is applied in one FMA (``qk * scale - m``) rather than scaling the score tile first: prefill
     is bound by the work per score element, not the loads. ``k_in_page``/``v_in_page`` are the in-page
     offsets of the tile's positions, used when tiles start on page boundaries (``BLOCK_N % PAGE_SIZE ==
-    0``); otherwise (a page of 48 or 128 tokens, say) they are computed per tile."""
+    0``); otherwise (a page of 48 or 128 tokens, say) they are computed per tile. With ``TMA`` the tile
+    lies inside one page and arrives as one descriptor copy (``_tma.py``): rows past the context may hold
+    anything, so the masked tiles zero V there (K's scores are masked)."""
     pos = j * BLOCK_N + offs_n
-    if BLOCK_N % PAGE_SIZE == 0:
+    if TMA:
+        start = j * BLOCK_N
+        row = tl.load(bt_row + start // PAGE_SIZE) * tma_rows_per_block + tma_row0 + start % PAGE_SIZE
+        k = desc_k.load([row, tma_col])
+        v = desc_v.load([row, tma_col])
+        if MASKED:
+            n_ok = pos < kv_end
+            v = tl.where(n_ok[:, None], v, 0.0).to(v.dtype)
+    elif BLOCK_N % PAGE_SIZE == 0:
         page_idx = j * (BLOCK_N // PAGE_SIZE) + offs_n // PAGE_SIZE
     else:
         page_idx = pos // PAGE_SIZE
         k_in_page = (pos % PAGE_SIZE).to(tl.int64) * stride_kt
         v_in_page = (pos % PAGE_SIZE).to(tl.int64) * stride_vt
-    if MASKED:
-        n_ok = pos < kv_end
-        blk = tl.load(bt_row + page_idx, mask=n_ok, other=0).to(tl.int64)
-    else:
-        blk = tl.load(bt_row + page_idx).to(tl.int64)
-    k_off = blk * stride_kb + k_in_page
-    v_off = blk * stride_vb + v_in_page
-    if D_PADDED:  # head 96 as 128: lanes past the head masked
+    if not TMA:
         if MASKED:
-            ld_mask = n_ok[:, None] & d_ok[None, :]
+            n_ok = pos < kv_end
+            blk = tl.load(bt_row + page_idx, mask=n_ok, other=0).to(tl.int64)
         else:
-            ld_mask = (pos >= 0)[:, None] & d_ok[None, :]
-        k = tl.load(k_base + k_off[:, None] + offs_d[None, :], mask=ld_mask, other=0.0)
-        v = tl.load(v_base + v_off[:, None] + offs_d[None, :], mask=ld_mask, other=0.0)
-    elif MASKED:  # a row mask only, so the loads stay 16-byte vectors
-        k = tl.load(k_base + k_off[:, None] + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-        v = tl.load(v_base + v_off[:, None] + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-    else:
-        k = tl.load(k_base + k_off[:, None] + offs_d[None, :])
-        v = tl.load(v_base + v_off[:, None] + offs_d[None, :])
+            blk = tl.load(bt_row + page_idx).to(tl.int64)
+        k_off = blk * stride_kb + k_in_page
+        v_off = blk * stride_vb + v_in_page
+        if D_PADDED:  # head 96 as 128: lanes past the head masked
+            if MASKED:
+                ld_mask = n_ok[:, None] & d_ok[None, :]
+            else:
+                ld_mask = (pos >= 0)[:, None] & d_ok[None, :]
+            k = tl.load(k_base + k_off[:, None] + offs_d[None, :], mask=ld_mask, other=0.0)
+            v = tl.load(v_base + v_off[:, None] + offs_d[None, :], mask=ld_mask, other=0.0)
+        elif MASKED:  # a row mask only, so the loads stay 16-byte vectors
+            k = tl.load(k_base + k_off[:, None] + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+            v = tl.load(v_base + v_off[:, None] + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+        else:
+            k = tl.load(k_base + k_off[:, None] + offs_d[None, :])
+            v = tl.load(v_base + v_off[:, None] + offs_d[None, :])
     qk = tl.dot(q, tl.trans(k.to(q.dtype)))
     if MASKED:
         keep = (pos[None, :] <= rows_pos[:, None]) & n_ok[None, :]
@@ -108,13 +123,14 @@ def _kv_tile(acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs
 @triton.jit
 def _paged_attn_kernel(
     q_ptr, k_ptr, v_ptr, bt_ptr, seq_lens_ptr, qsl_ptr,
-    out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
-    batch, num_kv_heads, num_splits, scale_log2, v_scale,
+    out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, desc_k, desc_v,
+    batch, num_kv_heads, num_splits, scale_log2, v_scale, tma_rows_per_block, tma_rows_per_head, tma_cols_per_head,
     stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, stride_bt,
     stride_ot, stride_oh, stride_lt, stride_lh, stride_ps, stride_pt, stride_ph,
     HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
     BLOCK_N: tl.constexpr, GROUP: tl.constexpr, PAGE_SIZE: tl.constexpr, ONE_PER_REQ: tl.constexpr,
     HEADS_FAST: tl.constexpr, SPLIT: tl.constexpr, WRITE_LSE: tl.constexpr, F16_DOTS: tl.constexpr,
+    TMA: tl.constexpr,
 ):
     pid_q, kv_head, split = program_coords(num_kv_heads, HEADS_FAST)
     tiles_left, req, rows_tok, rows_pos, head, row_ok, first_pos, kv_end = query_tile(
@@ -143,17 +159,21 @@ def _paged_attn_kernel(
     # in-page offsets of a tile's positions: the same for every tile when tiles start on page boundaries
     k_in_page = (offs_n % PAGE_SIZE).to(tl.int64) * stride_kt
     v_in_page = (offs_n % PAGE_SIZE).to(tl.int64) * stride_vt
+    tma_row0 = kv_head * tma_rows_per_head
+    tma_col = kv_head * tma_cols_per_head
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     m_i = tl.full([BLOCK_M], -1.0e30, tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     for j in range(t0, tl.minimum(t1, full_end)):
         acc, m_i, l_i = _kv_tile(acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs_n,
                                  offs_d, d_ok, k_in_page, v_in_page, stride_kb, stride_kt, stride_vb, stride_vt,
-                                 scale_log2, BLOCK_N, PAGE_SIZE, False, BLOCK_D != HEAD_D)
+                                 scale_log2, desc_k, desc_v, tma_rows_per_block, tma_row0, tma_col,
+                                 BLOCK_N, PAGE_SIZE, False, BLOCK_D != HEAD_D, TMA)
     for j in range(tl.maximum(t0, full_end), t1):
         acc, m_i, l_i = _kv_tile(acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs_n,
                                  offs_d, d_ok, k_in_page, v_in_page, stride_kb, stride_kt, stride_vb, stride_vt,
-                                 scale_log2, BLOCK_N, PAGE_SIZE, True, BLOCK_D != HEAD_D)
+                                 scale_log2, desc_k, desc_v, tma_rows_per_block, tma_row0, tma_col,
+                                 BLOCK_N, PAGE_SIZE, True, BLOCK_D != HEAD_D, TMA)
     acc = acc * v_scale
     store_result(acc, m_i, l_i, rows_tok, head, row_ok, offs_d, d_ok, split,
                  out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
@@ -175,6 +195,26 @@ def _kv_strides(cache: torch.Tensor, kv_layout: str) -> tuple[int, int, int, int
     raise ValueError(f"kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
 
 
+def _tma_view(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+              kv_layout: str) -> tuple[KvMatrix | str, KvMatrix | str, str | None]:
+    """The caches as TMA matrices and why TMA cannot be used (None: it can where tiles fit pages)."""
+    ks_b, ks_t, ks_h, page_size = _kv_strides(k_cache, kv_layout)
+    vs_b, vs_t, vs_h, _ = _kv_strides(v_cache, kv_layout)
+    num_kv_heads = k_cache.shape[2] if kv_layout == "NHD" else k_cache.shape[1]
+    k_mat = kv_matrix(k_cache, stride_b=ks_b, stride_t=ks_t, stride_h=ks_h, page_size=page_size,
+                      num_kv_heads=num_kv_heads)
+    v_mat = kv_matrix(v_cache, stride_b=vs_b, stride_t=vs_t, stride_h=vs_h, page_size=page_size,
+                      num_kv_heads=num_kv_heads)
+    return k_mat, v_mat, tma_unsupported(q, k_cache, v_cache, k_mat, v_mat)
+
+
+def kv_tma_unsupported(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                       kv_layout: str = "NHD") -> str | None:
+    """Why ``paged_attention`` cannot load these caches' KV tiles by TMA (None: it can, for tiles that lie
+    inside one page). The tuner passes the answer to ``default_config`` as ``kv_tma``."""
+    return _tma_view(q, k_cache, v_cache, kv_layout)[2]
+
+
 def paged_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -193,9 +233,14 @@ def paged_attention(
     v_scale: float = 1.0,
     config: TritonAttnConfig | None = None,
     workspace: torch.Tensor | None = None,
+    kv_loads: str = "auto",
 ) -> None:
     """Paged attention of ``q`` [tokens, heads, D] over the cache into ``out`` (and ``lse`` [tokens, heads]
-    float32, natural log). Host integers only on the launch path: no device reads, graph-capturable."""
+    float32, natural log). Host integers only on the launch path: no device reads, graph-capturable.
+
+    ``kv_loads``: how KV tiles reach the SM. ``auto`` uses TMA copies for prefill-style launches where
+    a tile lies inside one page on Hopper or later (``_tma.py``), gathers otherwise; ``tma`` requires TMA
+    (ValueError saying why it cannot); ``gather`` never uses it."""
     check_runnable(q, k_cache, v_cache)
     num_tokens, num_heads, head_size = check_query_io(q, out, lse)
     ks_b, ks_t, ks_h, page_size = _kv_strides(k_cache, kv_layout)
@@ -214,15 +259,24 @@ def paged_attention(
     if batch == 0 or num_tokens == 0:
         return  # nothing to attend (host ints: no sync)
     group = num_heads // num_kv_heads
+    k_mat, v_mat, tma_reason = _tma_view(q, k_cache, v_cache, kv_layout)
     if config is None:
         config = default_config(phase="decode" if max_query_len <= 1 else "mixed", batch=batch,
                                 max_query_len=max_query_len, max_seq_len=max_seq_len, head_size=head_size,
                                 gqa_group=group, num_sms=num_sms(q.device), num_kv_heads=num_kv_heads,
-                                kv_cache_bytes=k_cache.element_size())
+                                kv_cache_bytes=k_cache.element_size(), page_size=page_size,
+                                kv_tma=tma_reason is None and kv_loads != "gather")
     plan = plan_launch(config, num_tokens=num_tokens, batch=batch, max_query_len=max_query_len,
                        head_size=head_size, gqa_group=group, l2=l2_bytes(q.device),
                        kv_bytes_per_request=2 * max_seq_len * num_kv_heads * head_size
                        * k_cache.element_size())
+    use_tma = choose_kv_loads(kv_loads, unsupported=tma_reason, page_size=page_size, block_n=plan.block_n,
+                              prefill_style=not is_decode_shape(max_query_len))
+    if use_tma:
+        desc_k, desc_v = kv_descriptors(k_cache, v_cache, k_mat, v_mat, plan.block_n)
+        tma_geometry = (k_mat.rows_per_block, k_mat.rows_per_head, k_mat.cols_per_head)
+    else:
+        desc_k, desc_v, tma_geometry = k_cache, v_cache, (0, 0, 0)  # unused by the gather kernel
     splits = plan.num_splits
     if splits > 1:
         part_o, part_lse = split_buffers(workspace, splits=splits, num_tokens=num_tokens, num_heads=num_heads,
@@ -233,18 +287,19 @@ def paged_attention(
     pl_strides = (part_lse.stride(0), part_lse.stride(1), part_lse.stride(2)) if splits > 1 else (0, 0, 0)
     _paged_attn_kernel[plan.grid(num_kv_heads)](
         q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
-        out, lse_arg, part_o, part_lse,
-        batch, num_kv_heads, splits, float(softmax_scale) * float(k_scale) * LOG2E, float(v_scale),
+        out, lse_arg, part_o, part_lse, desc_k, desc_v,
+        batch, num_kv_heads, splits, float(softmax_scale) * float(k_scale) * LOG2E, float(v_scale), *tma_geometry,
         q.stride(0), q.stride(1), ks_b, ks_t, ks_h, vs_b, vs_t, vs_h, block_table.stride(0),
         out.stride(0), out.stride(1), lse_arg.stride(0), lse_arg.stride(1) if lse is not None else 0, *pl_strides,
         HEAD_D=head_size, BLOCK_D=next_pow2(head_size), BLOCK_M=plan.block_m, BLOCK_Q=plan.block_q,
         BLOCK_N=plan.block_n, GROUP=group, PAGE_SIZE=page_size, ONE_PER_REQ=plan.one_per_req,
         HEADS_FAST=plan.heads_fast, SPLIT=splits > 1, WRITE_LSE=lse is not None,
-        F16_DOTS=k_cache.dtype == torch.float8_e4m3fn and q.dtype == torch.bfloat16,
+        F16_DOTS=k_cache.dtype == torch.float8_e4m3fn and q.dtype == torch.bfloat16, TMA=use_tma,
         num_warps=plan.num_warps, num_stages=plan.num_stages,
     )
     if splits > 1:
         merge_splits(part_o, part_lse, out, lse, query_start_loc, batch)
 
 
-__all__ = ["TritonAttnConfig", "config_space", "default_config", "paged_attention", "workspace_size"]
+__all__ = ["TritonAttnConfig", "config_space", "default_config", "kv_tma_unsupported", "paged_attention",
+           "workspace_size"]

@@ -33,6 +33,8 @@ class Problem:
     v_scale: float = 1.0
     pad_tokens: int = 0  # extra query rows past the batch (CUDA-graph padding): must stay untouched
     config: dict = field(default_factory=dict)  # TritonAttnConfig fields; empty = default_config
+    kv_loads: str = "auto"  # paged_attention's KV tile loads: auto, tma, gather
+    poison_tail: bool = False  # NaN in each request's last page past its context: must never be weighed
 
 
 def _tolerance(dtype: torch.dtype) -> tuple[float, float]:
@@ -55,6 +57,11 @@ def build(p: Problem, device: str, seed: int = 0) -> dict:
     for r, n in enumerate(pages):
         table[r, :n] = perm[used:used + n].int()
         used += n
+    if p.poison_tail:
+        for r, (n, s) in enumerate(zip(pages, p.seq_lens)):
+            tail = kv[int(table[r, n - 1])]  # [2, page, heads, D] (NHD) or [2, heads, page, D] (HND)
+            (tail[:, s - (n - 1) * p.page_size:] if p.layout == "NHD"
+             else tail[:, :, s - (n - 1) * p.page_size:]).fill_(float("nan"))
     qsl = torch.tensor([0, *torch.tensor(p.q_lens).cumsum(0).tolist()], dtype=torch.int32)
     num_tokens = int(qsl[-1]) + p.pad_tokens
     q = torch.randn(num_tokens, p.num_heads, p.head_size, generator=g).to(p.dtype)
@@ -81,7 +88,7 @@ def run_triton(p: Problem, t: dict, *, seq_lens=None, block_table=None, workspac
     paged_attention(q, t["kv"][:, 0], t["kv"][:, 1], block_table, seq_lens, t["qsl"],
                     max_query_len=max(p.q_lens), max_seq_len=max(p.seq_lens), out=out, lse=lse,
                     softmax_scale=p.head_size ** -0.5, kv_layout=p.layout, k_scale=p.k_scale, v_scale=p.v_scale,
-                    config=_config(p), workspace=workspace)
+                    config=_config(p), workspace=workspace, kv_loads=p.kv_loads)
     return out, lse
 
 

@@ -80,6 +80,16 @@ INTERP_CASES: dict[str, Case] = {
     "tq_long_decode_fp16_4bit": _tq(P((1, 1), (2048, 700), head_size=128, dtype=FP16, config=ONE_LONG_SPLIT), 4),
     "tq_long_mixed_8bit": _tq(P((1, 3), (2000, 1500), head_size=128, config=ONE_LONG_SPLIT), 8),
     "long_decode_fp16_d128": _t(P((1, 1), (2048, 700), head_size=128, dtype=FP16, config=ONE_LONG_SPLIT)),
+    # KV tiles by TMA descriptors (forced: "auto" takes them only on a Hopper+ GPU), NaN past each context
+    "prefill_tma_nhd_page64_poisoned": _t(P((40, 70), (100, 70), page_size=64, config={"block_n": 32, "block_m": 32},
+                                            kv_loads="tma", poison_tail=True)),
+    "prefill_tma_hnd_fp16_split2": _t(P((33, 20), (90, 20), page_size=32, dtype=FP16, layout="HND", kv_loads="tma",
+                                        config={"block_n": 32, "block_m": 16, "num_splits": 2}, poison_tail=True)),
+    "prefill_tma_d128_mha": _t(P((20, 9), (52, 9), num_heads=2, num_kv_heads=2, head_size=128, page_size=32,
+                                 config={"block_n": 16, "block_m": 16}, kv_loads="tma", poison_tail=True)),
+    "decode_tma_page32_split3": _t(P((1, 1, 1), (1, 37, 100), page_size=32, config=SPLIT3, kv_loads="tma",
+                                     poison_tail=True)),
+    "prefill_gather_poisoned": _t(P((40, 3), (100, 30), poison_tail=True)),
 }
 
 # Run a second time with tensor-core accumulation (interp_runner --tensor-core-dot, tensor_core_model.py):
@@ -111,6 +121,22 @@ def _gpu_grid() -> dict[str, Case]:
     for d in (64, 96, 128, 256):
         cases[f"prefill_d{d}_chunked"] = _t(P((2048, 1000, 17), (4096, 1000, 3000), num_heads=16, num_kv_heads=4,
                                              head_size=d))
+    for d in (64, 128, 256):  # KV tiles by TMA (Hopper+): tiles inside 128-token pages, NaN past each context
+        cases[f"prefill_d{d}_page128_tma"] = _t(P((2048, 1000, 17), (4096, 1000, 3000), num_heads=16, num_kv_heads=4,
+                                                head_size=d, page_size=128, kv_loads="tma", poison_tail=True))
+    cases["prefill_d128_page64_hnd_fp16_tma"] = _t(P((1500, 64, 3), (5000, 64, 700), num_heads=32, num_kv_heads=8,
+                                                     head_size=128, page_size=64, layout="HND", dtype=FP16,
+                                                     kv_loads="tma", poison_tail=True,
+                                                     config={"block_n": 64, "block_m": 128, "num_warps": 8}))
+    cases["prefill_page128_tma_split2"] = _t(P((3000, 100), (3000, 9000), num_heads=32, num_kv_heads=8, head_size=128,
+                                               page_size=128, kv_loads="tma", poison_tail=True,
+                                               config={"block_n": 128, "block_m": 128, "num_warps": 8,
+                                                       "num_splits": 2}))
+    cases["mixed_prefill_decode_page128_auto"] = _t(P((1, 1500, 3, 1, 8, 1), (8000, 2000, 3, 17, 4000, 129),
+                                                      num_heads=32, num_kv_heads=8, head_size=128, page_size=128,
+                                                      poison_tail=True))
+    cases["decode_page128_tma"] = _t(P((1,) * 4, (1, 127, 129, 5000), num_heads=32, num_kv_heads=8, head_size=128,
+                                       page_size=128, kv_loads="tma", poison_tail=True))
     cases["mixed_prefill_decode"] = _t(P((1, 1500, 3, 1, 8, 1), (8000, 2000, 3, 17, 4000, 129), num_heads=32,
                                          num_kv_heads=8, head_size=128))
     for ntok in (2, 4, 8, 9):

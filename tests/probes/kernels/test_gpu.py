@@ -4,6 +4,7 @@ space, CUDA-graph capture with metadata changed between replays. Skipped without
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 import torch
@@ -35,29 +36,44 @@ def _space_problem(phase: str, head_size: int) -> Problem:
     return Problem((1024, 3, 700), (3000, 3, 700), num_heads=32, num_kv_heads=8, head_size=head_size)
 
 
+def _assert_space_correct(phase: str, p: Problem, **space_args: object) -> None:
+    from hwtune.probes.kernels.triton_attention import config_space
+
+    t = build(p, "cuda")
+    ref = paged_attention_ref(t["q"], t["kv"][:, 0], t["kv"][:, 1], t["block_table"], t["seq_lens"], t["qsl"],
+                              softmax_scale=p.head_size ** -0.5)
+    space = config_space(phase=phase, head_size=p.head_size, batch=len(p.q_lens), max_query_len=max(p.q_lens),
+                         max_seq_len=max(p.seq_lens), gqa_group=4,
+                         num_sms=torch.cuda.get_device_properties(0).multi_processor_count, num_kv_heads=8,
+                         **space_args)
+    failures = {}
+    for cfg in space:
+        out, lse = run_triton(replace(p, config=cfg.__dict__), t)
+        checks = compare(p, out, lse, *ref)
+        bad = {k: v for k, (v, limit) in checks.items() if not v <= limit}
+        if bad:
+            failures[cfg.name()] = bad
+    assert not failures, failures
+
+
 @pytest.mark.slow  # compiles every config (~30 per shape): several minutes
 @pytest.mark.parametrize("head_size", [64, 96, 128, 256])
 @pytest.mark.parametrize("phase", ["decode", "prefill"])
 def test_every_config_in_the_search_space_is_correct(phase: str, head_size: int) -> None:
     """The tuner may pick any config of config_space: each must compile (shared memory, registers) and be
     correct on this GPU."""
-    from hwtune.probes.kernels.triton_attention import config_space
+    _assert_space_correct(phase, _space_problem(phase, head_size))
 
-    p = _space_problem(phase, head_size)
-    t = build(p, "cuda")
-    ref = paged_attention_ref(t["q"], t["kv"][:, 0], t["kv"][:, 1], t["block_table"], t["seq_lens"], t["qsl"],
-                              softmax_scale=head_size ** -0.5)
-    space = config_space(phase=phase, head_size=head_size, batch=len(p.q_lens), max_query_len=max(p.q_lens),
-                         max_seq_len=max(p.seq_lens), gqa_group=4,
-                         num_sms=torch.cuda.get_device_properties(0).multi_processor_count, num_kv_heads=8)
-    failures = {}
-    for cfg in space:
-        out, lse = run_triton(Problem(**{**p.__dict__, "config": cfg.__dict__}), t)
-        checks = compare(p, out, lse, *ref)
-        bad = {k: v for k, (v, limit) in checks.items() if not v <= limit}
-        if bad:
-            failures[cfg.name()] = bad
-    assert not failures, failures
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head_size", [64, 128, 256])
+def test_every_prefill_config_is_correct_with_tma_loads(head_size: int) -> None:
+    """With 128-token pages every prefill tile lies inside a page, so on Hopper or later the tuner's configs
+    all run on the TMA path (forced here), with NaN in the cache past each context."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("TMA loads need SM 9.0 or later")
+    p = replace(_space_problem("prefill", head_size), page_size=128, poison_tail=True, kv_loads="tma")
+    _assert_space_correct("prefill", p, page_size=128, kv_tma=True)
 
 
 @pytest.mark.parametrize("kind", ["triton", "turboquant"])
