@@ -24,6 +24,7 @@ timed.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -51,7 +52,7 @@ from hwtune.probes.kernels._common import (  # noqa: E402
 @triton.jit
 def _tma_tile(acc, m_i, l_i, q, desc_k, desc_v, bt_row, j, kv_end, rows_pos, offs_n, kv_head, num_kv_heads,
               scale_log2, HEAD_D: tl.constexpr, BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr,
-              HND: tl.constexpr, RANK3: tl.constexpr, MASKED: tl.constexpr):
+              HND: tl.constexpr, RANK3: tl.constexpr, MASKED: tl.constexpr, ROWS_PER_BLOCK: tl.constexpr):
     start = j * BLOCK_N
     blk = tl.load(bt_row + start // PAGE_SIZE)
     in_page = start % PAGE_SIZE
@@ -62,8 +63,8 @@ def _tma_tile(acc, m_i, l_i, q, desc_k, desc_v, bt_row, j, kv_end, rows_pos, off
         row = (blk * num_kv_heads + kv_head) * PAGE_SIZE + in_page
         k = desc_k.load([row, 0])
         v = desc_v.load([row, 0])
-    else:  # [blocks * page, heads * D]
-        row = blk * PAGE_SIZE + in_page
+    else:  # [blocks * page, heads * D]; interleaved K/V: [blocks * 2 * page, heads * D]
+        row = blk * ROWS_PER_BLOCK + in_page
         k = desc_k.load([row, kv_head * HEAD_D])
         v = desc_v.load([row, kv_head * HEAD_D])
     qk = tl.dot(q, tl.trans(k))
@@ -89,7 +90,7 @@ def _tma_kernel(q_ptr, desc_k, desc_v, bt_ptr, seq_lens_ptr, qsl_ptr, out_ptr, l
                 stride_lt, stride_lh,
                 HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
                 GROUP: tl.constexpr, PAGE_SIZE: tl.constexpr, HEADS_FAST: tl.constexpr, HND: tl.constexpr,
-                RANK3: tl.constexpr, WS: tl.constexpr):
+                RANK3: tl.constexpr, WS: tl.constexpr, ROWS_PER_BLOCK: tl.constexpr):
     pid_q, kv_head, split = program_coords(num_kv_heads, HEADS_FAST)
     tiles_left, req, rows_tok, rows_pos, head, row_ok, first_pos, kv_end = query_tile(
         pid_q, kv_head, qsl_ptr, seq_lens_ptr, batch, BLOCK_M, BLOCK_Q, GROUP, False)
@@ -106,18 +107,25 @@ def _tma_kernel(q_ptr, desc_k, desc_v, bt_ptr, seq_lens_ptr, qsl_ptr, out_ptr, l
     l_i = tl.zeros([BLOCK_M], tl.float32)
     for j in tl.range(t0, tl.minimum(t1, full_end), warp_specialize=WS):
         acc, m_i, l_i = _tma_tile(acc, m_i, l_i, q, desc_k, desc_v, bt_row, j, kv_end, rows_pos, offs_n,
-                                  kv_head, num_kv_heads, scale_log2, HEAD_D, BLOCK_N, PAGE_SIZE, HND, RANK3, False)
+                                  kv_head, num_kv_heads, scale_log2, HEAD_D, BLOCK_N, PAGE_SIZE, HND, RANK3, False,
+                                  ROWS_PER_BLOCK)
     for j in range(tl.maximum(t0, full_end), t1):
         acc, m_i, l_i = _tma_tile(acc, m_i, l_i, q, desc_k, desc_v, bt_row, j, kv_end, rows_pos, offs_n,
-                                  kv_head, num_kv_heads, scale_log2, HEAD_D, BLOCK_N, PAGE_SIZE, HND, RANK3, True)
+                                  kv_head, num_kv_heads, scale_log2, HEAD_D, BLOCK_N, PAGE_SIZE, HND, RANK3, True,
+                                  ROWS_PER_BLOCK)
     store_result(acc, m_i, l_i, rows_tok, head, row_ok, offs_d, offs_d < HEAD_D, split,
                  out_ptr, lse_ptr, out_ptr, lse_ptr, stride_ot, stride_oh, stride_lt, stride_lh, 0, 0, 0,
                  HEAD_D, False, True)
 
 
-def descriptors(p: dict, rank3: bool, block_n: int) -> tuple[TensorDescriptor, TensorDescriptor]:
-    """K and V descriptors: 3-D over the interleaved cache, or 2-D over separate contiguous copies."""
+def descriptors(p: dict, rank3: bool, block_n: int, interleaved: bool = False) -> tuple[TensorDescriptor, TensorDescriptor]:
+    """K and V descriptors: 3-D or 2-D over the interleaved cache, or 2-D over separate contiguous copies."""
     d, h, page = p["head_size"], p["h_kv"], p["page"]
+    if interleaved:  # rows of h * D, a block being 2 * page rows (its K page, then its V page)
+        assert p["layout"] == "NHD"
+        k, v = p["kv"][:, 0], p["kv"][:, 1]
+        shape, strides = [(k.shape[0] - 1) * 2 * page + page, h * d], [h * d, 1]
+        return (TensorDescriptor(k, shape, strides, [block_n, d]), TensorDescriptor(v, shape, strides, [block_n, d]))
     if rank3:
         assert p["layout"] == "NHD"
         k, v = p["kv"][:, 0], p["kv"][:, 1]
@@ -134,11 +142,12 @@ def descriptors(p: dict, rank3: bool, block_n: int) -> tuple[TensorDescriptor, T
     return (TensorDescriptor(k, shape, strides, [block_n, d]), TensorDescriptor(v, shape, strides, [block_n, d]))
 
 
-def tma_call(p: dict, *, rank3: bool, ws: bool, stages: int, out: torch.Tensor, lse: torch.Tensor):
+def tma_call(p: dict, *, rank3: bool, ws: bool, stages: int, out: torch.Tensor, lse: torch.Tensor,
+             interleaved: bool = False):
     group = p["h_q"] // p["h_kv"]
     block_m, block_n = 128, 128
     block_q = block_m // group
-    desc_k, desc_v = descriptors(p, rank3, block_n)
+    desc_k, desc_v = descriptors(p, rank3, block_n, interleaved)
     grid0 = p["q"].shape[0] // block_q + p["batch"]
     kv_req = 2 * p["ctx"] * p["h_kv"] * p["head_size"] * 2
     heads_fast = kv_req <= torch.cuda.get_device_properties(0).L2_cache_size // 2
@@ -152,20 +161,33 @@ def tma_call(p: dict, *, rank3: bool, ws: bool, stages: int, out: torch.Tensor, 
             lse.stride(0), lse.stride(1),
             HEAD_D=p["head_size"], BLOCK_M=block_m, BLOCK_Q=block_q, BLOCK_N=block_n, GROUP=group,
             PAGE_SIZE=p["page"], HEADS_FAST=heads_fast, HND=p["layout"] == "HND", RANK3=rank3, WS=ws,
+            ROWS_PER_BLOCK=p["page"] * (2 if interleaved else 1),
             num_warps=8, num_stages=stages)
     return call
 
 
-def pkg_call(p: dict, out: torch.Tensor, lse: torch.Tensor, kv_loads: str = "gather"):
+def pkg_call(p: dict, out: torch.Tensor, lse: torch.Tensor, kv_loads: str = "gather", *, separate: bool = False,
+             stages: int = 0):
+    """The package kernel. ``separate``: K and V in two contiguous caches (vLLM's FlashAttention layout)
+    rather than interleaved per block (FlashInfer's); ``stages``: override the auto config's stages."""
     if p["page"] > 128:  # one page per request: the package takes it repacked into 16-token pages
         b, _, ctx, h, d = p["kv"].shape
         kv = p["kv"].view(b, 2, ctx // 16, 16, h, d).transpose(1, 2).reshape(b * ctx // 16, 2, 16, h, d)
         req_page = p["table"][:, :1].to(torch.int32) * (ctx // 16)  # requests' pages are shuffled
         table = req_page + torch.arange(ctx // 16, device=kv.device, dtype=torch.int32)[None, :]
         p = {**p, "kv": kv, "table": table, "page": 16}
-    return lambda: ta.paged_attention(p["q"], p["kv"][:, 0], p["kv"][:, 1], p["table"], p["seq_lens"], p["qsl"],
+    if separate and "k2" not in p:
+        p["k2"], p["v2"] = p["kv"][:, 0].contiguous(), p["kv"][:, 1].contiguous()
+    k, v = (p["k2"], p["v2"]) if separate else (p["kv"][:, 0], p["kv"][:, 1])
+    config = None
+    if stages:
+        from kernels_bench import auto_config
+
+        config = dataclasses.replace(auto_config(p), num_stages=stages)
+    return lambda: ta.paged_attention(p["q"], k, v, p["table"], p["seq_lens"], p["qsl"],
                                       max_query_len=p["q_len"], max_seq_len=p["ctx"], out=out, lse=lse,
-                                      softmax_scale=p["head_size"] ** -0.5, kv_layout=p["layout"], kv_loads=kv_loads)
+                                      softmax_scale=p["head_size"] ** -0.5, kv_layout=p["layout"], kv_loads=kv_loads,
+                                      config=config)
 
 
 # name -> (kind, page, rank3, warp_specialize, stages, layout); page 0 = the whole context
@@ -173,6 +195,10 @@ VARIANTS = {
     "pkg/page16": ("pkg", 16, False, False, 0, "NHD"),
     "pkg/page128": ("pkg", 128, False, False, 0, "NHD"),
     "pkg/page128/tma": ("pkg-tma", 128, False, False, 0, "NHD"),  # the package's TMA path (auto config)
+    "pkg/page128/tma/st3": ("pkg-tma", 128, False, False, 3, "NHD"),
+    "pkg/page128/tma/sep": ("pkg-tma-sep", 128, False, False, 0, "NHD"),
+    "pkg/page128/tma/sep/st3": ("pkg-tma-sep", 128, False, False, 3, "NHD"),
+    "tma2i/page128/s2": ("tma-i", 128, False, False, 2, "NHD"),  # this script's kernel, interleaved cache
     "tma2/page128": ("tma", 128, False, False, 3, "NHD"),
     "tma2/page128/s2": ("tma", 128, False, False, 2, "NHD"),
     "tma2/page128/s4": ("tma", 128, False, False, 4, "NHD"),
@@ -202,9 +228,11 @@ def main() -> int:
             t0 = time.time()
             try:
                 if kind.startswith("pkg"):
-                    call = pkg_call(p, out, lse, "tma" if kind == "pkg-tma" else "gather")
+                    call = pkg_call(p, out, lse, "gather" if kind == "pkg" else "tma", separate=kind.endswith("sep"),
+                                    stages=stages)
                 else:
-                    call = tma_call(p, rank3=rank3, ws=ws, stages=stages, out=out, lse=lse)
+                    call = tma_call(p, rank3=rank3, ws=ws, stages=stages, out=out, lse=lse,
+                                    interleaved=kind == "tma-i")
                 call()
                 torch.cuda.synchronize()
             except Exception as exc:  # a variant that does not compile is reported, not timed
