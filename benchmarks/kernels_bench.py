@@ -156,8 +156,7 @@ def shape_args(p: dict) -> dict:
     """What ``default_config``/``config_space`` take for this problem, as paged_attention passes it."""
     return dict(batch=p["batch"], max_query_len=p["q_len"], max_seq_len=p["ctx"], head_size=p["head_size"],
                 gqa_group=p["h_q"] // p["h_kv"], num_sms=torch.cuda.get_device_properties(0).multi_processor_count,
-                num_kv_heads=p["h_kv"], kv_cache_bytes=p["kv"].element_size(), page_size=p["page"],
-                kv_tma=ta.kv_tma_unsupported(p["q"], p["kv"][:, 0], p["kv"][:, 1], p["layout"]) is None)
+                num_kv_heads=p["h_kv"], kv_cache_bytes=p["kv"].element_size())
 
 
 def auto_config(p: dict) -> ta.TritonAttnConfig:

@@ -44,9 +44,7 @@ class TritonAttnRunner(Runner):
         return dict(phase=p.workload.phase, batch=p.batch, max_query_len=p.max_query_len, max_seq_len=p.max_seq_len,
                     head_size=spec.head_size, gqa_group=spec.gqa_group,
                     num_sms=torch.cuda.get_device_properties(p.q.device).multi_processor_count,
-                    num_kv_heads=spec.num_kv_heads, kv_cache_bytes=p.k_cache().element_size(),
-                    page_size=p.page_size,
-                    kv_tma=self.kernels.kv_tma_unsupported(p.q, p.k_cache(), p.v_cache(), p.layout) is None)
+                    num_kv_heads=spec.num_kv_heads, kv_cache_bytes=p.k_cache().element_size())
 
     def prepare(self, p: AttentionProblem) -> None:
         self._alloc(p, lse=True)

@@ -3,10 +3,12 @@
 WHY: the gather path computes a 64-bit address per 16-byte vector of every K and V tile, in a prefill
 kernel already at 255 registers per thread (3 stages, spills). When a KV tile lies inside one page
 (``page_size % block_n == 0``) it is a plain 2-D box of the cache, so one TMA copy moves it, the copy
-engine tracks its arrival and no per-element addresses are held. On an H100 (2026-11-21,
-benchmarks/results/experiments/prefill_tma_h100_2026-11-21.txt) causal prefill with 128-token pages went
-from 387.7 us (gathers, 16-token pages; 395.3 with 128-token pages) to 337.7 us at 4096 tokens, and the
-2-stage TMA kernel compiles to 230 registers with no spills.
+engine tracks its arrival and no per-element addresses are held. On an H100 (2026-11-21), causal prefill
+of 4096 tokens on 128-token pages took 392.1 us with gathers and 348.6 us with TMA loads in the same run
+(2 stages; 8192 tokens: 1438.6 vs 1267.3 us), benchmarks/results/experiments/prefill_tma_ab_h100_2026-11-21.txt;
+with 3 stages, as the auto config has, TMA took 334.6 us (1206.4 at 8192) in the run of
+prefill_tma_layout_h100_2026-11-21.txt, where the K/V layout (interleaved per block or two separate
+caches) made no difference.
 
 The cache as a matrix: rows ``S = stride between a page's tokens`` elements apart. Token ``t`` of block
 ``b``, KV head ``h`` is row ``b * rows_per_block + h * rows_per_head + t``, column ``h * cols_per_head``:

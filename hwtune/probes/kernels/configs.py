@@ -141,8 +141,6 @@ def default_config(
     num_sms: int,
     num_kv_heads: int | None = None,
     kv_cache_bytes: int = 2,
-    page_size: int = 16,
-    kv_tma: bool = False,
 ) -> TritonAttnConfig:
     """The "auto" tactic. ``phase`` ("decode", "prefill", "mixed") is informative: the launch style follows
     ``max_query_len`` (a mixed batch with a long prefill chunk runs prefill-style). Pass ``num_kv_heads``:
@@ -154,12 +152,7 @@ def default_config(
     on the H100 (2026-11-21, benchmarks/results/experiments/fp8_decode_configs_h100_2026-11-21.txt) found
     128-token tiles with a quarter to a half of the bf16 rule's splits fastest (the resulting auto configs
     take 21-26 % less time on all five shapes tried), where 64-token fp8 tiles spent their time on per-tile
-    work, as TURBOQUANT's 64-token tiles had.
-
-    ``kv_tma``: the launcher can load KV tiles by TMA (Hopper or later, 16-bit KV, see ``_tma.py``); it
-    does so for tiles that lie inside one page (``page_size``). Those prefill tiles need no addresses in
-    registers, and 2 stages beat 3 (H100, 128-token pages, 2026-11-21: 4096 tokens 337.7 vs 355.6 us,
-    4 x 4096 1278 vs 1375, 8192 1199 vs 1234; benchmarks/results/experiments/prefill_tma_h100_2026-11-21.txt)."""
+    work, as TURBOQUANT's 64-token tiles had."""
     if phase not in ("decode", "prefill", "mixed"):
         raise ValueError(f"phase must be 'decode', 'prefill' or 'mixed', got {phase!r}")
     _validate_head_size(head_size)
@@ -186,11 +179,11 @@ def default_config(
         return TritonAttnConfig(block_n=64, num_splits=splits, num_warps=4 if block_m <= 64 else 8,
                                 num_stages=2, block_m=block_m)
     # head 96/128: 128-token KV tiles (4096-token causal prefill on an H100: 392 us vs 457 with 64-token
-    # tiles, 2026-11-21)
+    # tiles, 2026-11-21), 3 stages with gathers and with TMA loads alike (128-token pages, H100: 334.6 vs
+    # 351.8 us with 2 stages at 4096 tokens, 1206 vs 1296 at 8192; prefill_tma_layout_h100_2026-11-21.txt)
     block_n = 128 if block_m >= 128 else 64
-    stages = 2 if kv_tma and page_size % block_n == 0 else 3
     return TritonAttnConfig(block_n=block_n, num_splits=splits, num_warps=8 if block_m >= 128 else 4,
-                            num_stages=stages, block_m=block_m)
+                            num_stages=3, block_m=block_m)
 
 
 TQ_TILE_BYTES = 16384
@@ -247,8 +240,6 @@ def config_space(
     num_sms: int = 132,
     num_kv_heads: int | None = None,
     kv_cache_bytes: int = 2,
-    page_size: int = 16,
-    kv_tma: bool = False,
 ) -> list[TritonAttnConfig]:
     """Configs the "tuned" tactic searches for one workload; the "auto" config comes first, no duplicates.
 
@@ -257,7 +248,7 @@ def config_space(
     """
     auto = default_config(phase=phase, batch=batch, max_query_len=max_query_len, max_seq_len=max_seq_len,
                           head_size=head_size, gqa_group=gqa_group, num_sms=num_sms, num_kv_heads=num_kv_heads,
-                          kv_cache_bytes=kv_cache_bytes, page_size=page_size, kv_tma=kv_tma)
+                          kv_cache_bytes=kv_cache_bytes)
     out: list[TritonAttnConfig] = [auto]
     if is_decode_shape(max_query_len):
         s = auto.num_splits or 1

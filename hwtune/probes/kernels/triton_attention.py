@@ -208,13 +208,6 @@ def _tma_view(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     return k_mat, v_mat, tma_unsupported(q, k_cache, v_cache, k_mat, v_mat)
 
 
-def kv_tma_unsupported(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                       kv_layout: str = "NHD") -> str | None:
-    """Why ``paged_attention`` cannot load these caches' KV tiles by TMA (None: it can, for tiles that lie
-    inside one page). The tuner passes the answer to ``default_config`` as ``kv_tma``."""
-    return _tma_view(q, k_cache, v_cache, kv_layout)[2]
-
-
 def paged_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -264,8 +257,7 @@ def paged_attention(
         config = default_config(phase="decode" if max_query_len <= 1 else "mixed", batch=batch,
                                 max_query_len=max_query_len, max_seq_len=max_seq_len, head_size=head_size,
                                 gqa_group=group, num_sms=num_sms(q.device), num_kv_heads=num_kv_heads,
-                                kv_cache_bytes=k_cache.element_size(), page_size=page_size,
-                                kv_tma=tma_reason is None and kv_loads != "gather")
+                                kv_cache_bytes=k_cache.element_size())
     plan = plan_launch(config, num_tokens=num_tokens, batch=batch, max_query_len=max_query_len,
                        head_size=head_size, gqa_group=group, l2=l2_bytes(q.device),
                        kv_bytes_per_request=2 * max_seq_len * num_kv_heads * head_size
@@ -301,5 +293,4 @@ def paged_attention(
         merge_splits(part_o, part_lse, out, lse, query_start_loc, batch)
 
 
-__all__ = ["TritonAttnConfig", "config_space", "default_config", "kv_tma_unsupported", "paged_attention",
-           "workspace_size"]
+__all__ = ["TritonAttnConfig", "config_space", "default_config", "paged_attention", "workspace_size"]

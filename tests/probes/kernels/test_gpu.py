@@ -36,7 +36,7 @@ def _space_problem(phase: str, head_size: int) -> Problem:
     return Problem((1024, 3, 700), (3000, 3, 700), num_heads=32, num_kv_heads=8, head_size=head_size)
 
 
-def _assert_space_correct(phase: str, p: Problem, **space_args: object) -> None:
+def _assert_space_correct(phase: str, p: Problem) -> None:
     from hwtune.probes.kernels.triton_attention import config_space
 
     t = build(p, "cuda")
@@ -44,8 +44,7 @@ def _assert_space_correct(phase: str, p: Problem, **space_args: object) -> None:
                               softmax_scale=p.head_size ** -0.5)
     space = config_space(phase=phase, head_size=p.head_size, batch=len(p.q_lens), max_query_len=max(p.q_lens),
                          max_seq_len=max(p.seq_lens), gqa_group=4,
-                         num_sms=torch.cuda.get_device_properties(0).multi_processor_count, num_kv_heads=8,
-                         **space_args)
+                         num_sms=torch.cuda.get_device_properties(0).multi_processor_count, num_kv_heads=8)
     failures = {}
     for cfg in space:
         out, lse = run_triton(replace(p, config=cfg.__dict__), t)
@@ -73,7 +72,7 @@ def test_every_prefill_config_is_correct_with_tma_loads(head_size: int) -> None:
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("TMA loads need SM 9.0 or later")
     p = replace(_space_problem("prefill", head_size), page_size=128, poison_tail=True, kv_loads="tma")
-    _assert_space_correct("prefill", p, page_size=128, kv_tma=True)
+    _assert_space_correct("prefill", p)
 
 
 @pytest.mark.parametrize("kind", ["triton", "turboquant"])

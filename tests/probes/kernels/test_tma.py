@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from hwtune.probes.kernels._tma import KvMatrix, choose_kv_loads, kv_matrix, tma_unsupported
-from hwtune.probes.kernels.configs import default_config
 
 BLOCKS, PAGE, HEADS, D = 5, 16, 4, 64
 
@@ -97,11 +96,3 @@ def test_when_a_launch_takes_tma() -> None:
                         prefill_style=True)
     with pytest.raises(ValueError, match="kv_loads must be one of"):
         choose_kv_loads("ldg", **ok, prefill_style=True)
-
-
-def test_auto_config_uses_two_stages_only_when_tiles_arrive_by_tma() -> None:
-    args = dict(phase="prefill", batch=1, max_query_len=4096, max_seq_len=4096, head_size=128, gqa_group=4,
-                num_sms=132, num_kv_heads=8)
-    assert default_config(**args, page_size=128, kv_tma=True).num_stages == 2
-    assert default_config(**args, page_size=16, kv_tma=True).num_stages == 3  # 128-token tiles span pages
-    assert default_config(**args, page_size=128, kv_tma=False).num_stages == 3
