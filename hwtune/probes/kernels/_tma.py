@@ -48,6 +48,8 @@ def kv_matrix(cache: torch.Tensor, *, stride_b: int, stride_t: int, stride_h: in
     head, elem = cache.shape[-1], cache.element_size()
     if cache.data_ptr() % 16 or (stride_t * elem) % 16:
         return "the cache's base address and token stride must be multiples of 16 bytes"
+    if stride_t < head:
+        return f"the token stride ({stride_t}) is shorter than a head ({head}): rows would overlap"
     if stride_b % stride_t:
         return f"the block stride ({stride_b}) must be a multiple of the token stride ({stride_t})"
     rows_per_block = stride_b // stride_t

@@ -57,6 +57,8 @@ def test_strides_tma_cannot_express_are_reasons() -> None:
     assert "16 bytes" in _matrix(odd, "NHD")  # base not 16-byte aligned
     skew = torch.as_strided(torch.randn(BLOCKS * 2000), (BLOCKS, PAGE, HEADS, D), (1000, HEADS * D, D, 1))
     assert "multiple of the token stride" in _matrix(skew, "NHD")
+    overlap = torch.as_strided(torch.randn(BLOCKS * 2000), (BLOCKS, PAGE, HEADS, D), (1024, 32, 8, 1))
+    assert "rows would overlap" in _matrix(overlap, "NHD")
 
 
 def test_unsupported_tensors_say_why() -> None:
