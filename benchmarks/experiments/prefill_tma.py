@@ -167,9 +167,9 @@ def tma_call(p: dict, *, rank3: bool, ws: bool, stages: int, out: torch.Tensor, 
 
 
 def pkg_call(p: dict, out: torch.Tensor, lse: torch.Tensor, kv_loads: str = "gather", *, separate: bool = False,
-             stages: int = 0):
+             stages: int = 0, block_n: int = 0):
     """The package kernel. ``separate``: K and V in two contiguous caches (vLLM's FlashAttention layout)
-    rather than interleaved per block (FlashInfer's); ``stages``: override the auto config's stages."""
+    rather than interleaved per block (FlashInfer's); ``stages``/``block_n``: override the auto config's."""
     if p["page"] > 128:  # one page per request: the package takes it repacked into 16-token pages
         b, _, ctx, h, d = p["kv"].shape
         kv = p["kv"].view(b, 2, ctx // 16, 16, h, d).transpose(1, 2).reshape(b * ctx // 16, 2, 16, h, d)
@@ -180,10 +180,11 @@ def pkg_call(p: dict, out: torch.Tensor, lse: torch.Tensor, kv_loads: str = "gat
         p["k2"], p["v2"] = p["kv"][:, 0].contiguous(), p["kv"][:, 1].contiguous()
     k, v = (p["k2"], p["v2"]) if separate else (p["kv"][:, 0], p["kv"][:, 1])
     config = None
-    if stages:
+    if stages or block_n:
         from kernels_bench import auto_config
 
-        config = dataclasses.replace(auto_config(p), num_stages=stages)
+        auto = auto_config(p)
+        config = dataclasses.replace(auto, num_stages=stages or auto.num_stages, block_n=block_n or auto.block_n)
     return lambda: ta.paged_attention(p["q"], k, v, p["table"], p["seq_lens"], p["qsl"],
                                       max_query_len=p["q_len"], max_seq_len=p["ctx"], out=out, lse=lse,
                                       softmax_scale=p["head_size"] ** -0.5, kv_layout=p["layout"], kv_loads=kv_loads,
@@ -199,6 +200,11 @@ VARIANTS = {
     "pkg/page128/tma/sep": ("pkg-tma-sep", 128, False, False, 0, "NHD"),
     "pkg/page128/tma/sep/st3": ("pkg-tma-sep", 128, False, False, 3, "NHD"),
     "tma2i/page128/s2": ("tma-i", 128, False, False, 2, "NHD"),  # this script's kernel, interleaved cache
+    # 64-token pages: the auto config's 128-token tiles span two pages (gathers); 64-token tiles fit one
+    "pkg/page64": ("pkg", 64, False, False, 0, "NHD"),
+    "pkg/page64/n64/tma/st2": ("pkg-tma-n64", 64, False, False, 2, "NHD"),
+    "pkg/page64/n64/tma/st3": ("pkg-tma-n64", 64, False, False, 3, "NHD"),
+    "pkg/page64/n64/tma/st4": ("pkg-tma-n64", 64, False, False, 4, "NHD"),
     "tma2/page128": ("tma", 128, False, False, 3, "NHD"),
     "tma2/page128/s2": ("tma", 128, False, False, 2, "NHD"),
     "tma2/page128/s4": ("tma", 128, False, False, 4, "NHD"),
@@ -229,7 +235,7 @@ def main() -> int:
             try:
                 if kind.startswith("pkg"):
                     call = pkg_call(p, out, lse, "gather" if kind == "pkg" else "tma", separate=kind.endswith("sep"),
-                                    stages=stages)
+                                    stages=stages, block_n=64 if kind.endswith("n64") else 0)
                 else:
                     call = tma_call(p, rank3=rank3, ws=ws, stages=stages, out=out, lse=lse,
                                     interleaved=kind == "tma-i")
