@@ -41,7 +41,7 @@ from hwtune.probes.kernels._common import (
     split_tile_range,
     store_result,
 )
-from hwtune.probes.kernels._tma import KvMatrix, choose_kv_loads, kv_descriptors, kv_matrix, tma_unsupported
+from hwtune.probes.kernels._tma import choose_kv_loads, kv_descriptors, kv_matrix, tma_unsupported
 from hwtune.probes.kernels.configs import (
     HEAD_SIZES,
     TritonAttnConfig,
@@ -195,19 +195,6 @@ def _kv_strides(cache: torch.Tensor, kv_layout: str) -> tuple[int, int, int, int
     raise ValueError(f"kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
 
 
-def _tma_view(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-              kv_layout: str) -> tuple[KvMatrix | str, KvMatrix | str, str | None]:
-    """The caches as TMA matrices and why TMA cannot be used (None: it can where tiles fit pages)."""
-    ks_b, ks_t, ks_h, page_size = _kv_strides(k_cache, kv_layout)
-    vs_b, vs_t, vs_h, _ = _kv_strides(v_cache, kv_layout)
-    num_kv_heads = k_cache.shape[2] if kv_layout == "NHD" else k_cache.shape[1]
-    k_mat = kv_matrix(k_cache, stride_b=ks_b, stride_t=ks_t, stride_h=ks_h, page_size=page_size,
-                      num_kv_heads=num_kv_heads)
-    v_mat = kv_matrix(v_cache, stride_b=vs_b, stride_t=vs_t, stride_h=vs_h, page_size=page_size,
-                      num_kv_heads=num_kv_heads)
-    return k_mat, v_mat, tma_unsupported(q, k_cache, v_cache, k_mat, v_mat)
-
-
 def paged_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -252,7 +239,11 @@ def paged_attention(
     if batch == 0 or num_tokens == 0:
         return  # nothing to attend (host ints: no sync)
     group = num_heads // num_kv_heads
-    k_mat, v_mat, tma_reason = _tma_view(q, k_cache, v_cache, kv_layout)
+    k_mat = kv_matrix(k_cache, stride_b=ks_b, stride_t=ks_t, stride_h=ks_h, page_size=page_size,
+                      num_kv_heads=num_kv_heads)
+    v_mat = kv_matrix(v_cache, stride_b=vs_b, stride_t=vs_t, stride_h=vs_h, page_size=page_size,
+                      num_kv_heads=num_kv_heads)
+    tma_reason = tma_unsupported(q, k_cache, v_cache, k_mat, v_mat)
     if config is None:
         config = default_config(phase="decode" if max_query_len <= 1 else "mixed", batch=batch,
                                 max_query_len=max_query_len, max_seq_len=max_seq_len, head_size=head_size,
