@@ -36,9 +36,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hwtune.probes.kernels import triton_attention as ta
-from hwtune.probes.kernels import turboquant as tq
-from hwtune.probes.kernels.configs import workspace_size
+from hwtune.kernels import triton_attention as ta
+from hwtune.kernels import turboquant as tq
+from hwtune.kernels.configs import workspace_size
 
 DEV = "cuda"
 H_Q, H_KV, D = 32, 8, 128  # Llama-3-8B-like attention
@@ -440,7 +440,7 @@ def error(args: argparse.Namespace) -> None:
 def quantizer(args: argparse.Namespace) -> None:
     """Per-vector relative error of the quantizer alone (PyTorch reference, CPU is fine): rotation vs none,
     Gaussian vectors vs vectors with 4 channels x20. 4096 vectors x 2 heads, seed 0."""
-    from hwtune.probes.kernels import hadamard
+    from hwtune.kernels import hadamard
 
     rows = []
     gen = torch.Generator().manual_seed(0)

@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hwtune.selector.model_config import attention_spec, load_model_config  # noqa: E402
-from hwtune.selector.types import AttentionWorkload  # noqa: E402
+from hwtune.core.model_config import attention_spec, load_model_config  # noqa: E402
+from hwtune.core.types import AttentionWorkload  # noqa: E402
 from hwtune.tuner.plan import Plan, PlanItem, plan_from_model  # noqa: E402
 
 MODEL = Path(__file__).resolve().parents[1] / "tests" / "data" / "models" / "llama-3.1-8b.json"
@@ -177,7 +177,7 @@ def main() -> int:
     result["date"] = time.strftime("%Y-%m-%d")
     steps = set(args.steps.split(","))
     if not args.score_only:
-        from hwtune.probes.device import detect
+        from hwtune.core.detect import detect
 
         profile = detect()
         result["device"] = profile.describe()

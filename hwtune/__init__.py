@@ -5,11 +5,13 @@
 """
 
 from hwtune._version import __version__
-from hwtune.selector import (
-    All2AllSpec, All2AllWorkload, AttentionSpec, AttentionWorkload, BackendNotValidError, DeviceProfile,
-    HwtuneError, InvalidSpecError, NoValidBackendError, RankedBackend, Selection, UnknownBackendError,
-    select_all2all, select_attention, validate,
+from hwtune.core.devices import DeviceProfile
+from hwtune.core.errors import (
+    BackendNotValidError, HwtuneError, InvalidSpecError, NoValidBackendError, UnknownBackendError,
 )
+from hwtune.core.types import All2AllSpec, All2AllWorkload, AttentionSpec, AttentionWorkload
+from hwtune.core.validation import validate
+from hwtune.selector import RankedBackend, Selection, select_all2all, select_attention
 
 __all__ = [
     "__version__", "AttentionSpec", "AttentionWorkload", "All2AllSpec", "All2AllWorkload", "DeviceProfile",

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from hwtune.selector.catalogue.doc import markdown
+from hwtune.core.catalogue.doc import markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 

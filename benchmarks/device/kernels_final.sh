@@ -5,7 +5,7 @@ set -u
 export FLASHINFER_WORKSPACE_BASE="$PWD/.fi-cache"
 . benchmarks/device/setup.sh || exit 1
 start=$(date +%s); left() { echo $(( ${BUDGET:-560} - ($(date +%s) - start) )); }
-timeout 200 python3 -m pytest tests/probes/kernels/test_gpu.py -m "gpu and not slow" -q -p no:cacheprovider -rf \
+timeout 200 python3 -m pytest tests/kernels/test_gpu.py -m "gpu and not slow" -q -p no:cacheprovider -rf \
   > "$OUT/kernels_gpu_tests.txt" 2>&1; tail -6 "$OUT/kernels_gpu_tests.txt" | cut -c1-400
 timeout 200 python3 benchmarks/kernels_bench.py --sections floors,prefill,turboquant,error --fi-decode fa2,fa2-tc \
   --fi-prefill none --out "$OUT/kernels_h100.json" 2>&1 | grep -v "^$" | tail -30

@@ -9,7 +9,7 @@ set -u
 . benchmarks/device/setup.sh >/dev/null || exit 1
 [ -d ab_old/hwtune ] || { echo "ab_old/ is missing: see this script's header"; exit 2; }
 base=$PWD
-timeout 220 python3 -m pytest tests/probes/kernels/test_gpu.py -m "gpu and not slow" -q -p no:cacheprovider -rf \
+timeout 220 python3 -m pytest tests/kernels/test_gpu.py -m "gpu and not slow" -q -p no:cacheprovider -rf \
   -k "${TESTS:-}" 2>&1 | tail -3 | cut -c1-300
 for round in 1 2; do
   for side in old new; do

@@ -2,7 +2,7 @@
 # Kernels on a GPU: their tests, the adapters through hwtune bench, the decode benchmark; the harness check.
 set -u
 . benchmarks/device/setup.sh || exit 1
-timeout 240 python3 -m pytest tests/probes/kernels -m "gpu and not slow" -q --maxfail=15 -p no:cacheprovider \
+timeout 240 python3 -m pytest tests/kernels -m "gpu and not slow" -q --maxfail=15 -p no:cacheprovider \
   > "$OUT/kernels_gpu_tests.txt" 2>&1; tail -25 "$OUT/kernels_gpu_tests.txt" | cut -c1-300
 timeout 120 python3 benchmarks/harness_vs_flashinfer.py --out "$OUT/harness_vs_flashinfer.json" 2>&1 | grep -v '^{' | tail -8
 H="--num-heads 32 --num-kv-heads 8 --head-size 128 --time-cap 1"

@@ -5,7 +5,7 @@
 set -u
 export FLASHINFER_WORKSPACE_BASE="$PWD/.fi-cache"
 . benchmarks/device/setup.sh || exit 1
-timeout 100 python3 -m pytest tests/probes/kernels/test_gpu.py -m "gpu and not slow" -k "tma or page128" -q \
+timeout 100 python3 -m pytest tests/kernels/test_gpu.py -m "gpu and not slow" -k "tma or page128" -q \
   -p no:cacheprovider -rf > "$OUT/kernels_gpu_tma.txt" 2>&1; tail -2 "$OUT/kernels_gpu_tma.txt" | cut -c1-600
 timeout 330 python3 benchmarks/kernels_bench.py --sections floors,prefill --page 128 --fi-prefill fa3 \
   --out "$OUT/kernels_prefill_page128.json" 2>&1 | grep -v "^$" | tail -12

@@ -6,9 +6,9 @@
 set -u
 export FLASHINFER_WORKSPACE_BASE="$PWD/.fi-cache"
 . benchmarks/device/setup.sh || exit 1
-timeout 240 python3 -m pytest tests/probes/kernels/test_gpu.py -m "gpu and not slow" -q -p no:cacheprovider -rf \
+timeout 240 python3 -m pytest tests/kernels/test_gpu.py -m "gpu and not slow" -q -p no:cacheprovider -rf \
   > "$OUT/kernels_gpu_tests.txt" 2>&1; tail -4 "$OUT/kernels_gpu_tests.txt" | cut -c1-600
-timeout 120 python3 -m pytest tests/probes/kernels/test_gpu.py -m slow -k tma -q -p no:cacheprovider -rf \
+timeout 120 python3 -m pytest tests/kernels/test_gpu.py -m slow -k tma -q -p no:cacheprovider -rf \
   > "$OUT/kernels_gpu_tma_slow.txt" 2>&1; tail -3 "$OUT/kernels_gpu_tma_slow.txt" | cut -c1-600
 timeout 150 python3 benchmarks/kernels_bench.py --sections floors,prefill --page 128 --fi-prefill "${FA3:-none}" \
   --out "$OUT/kernels_prefill_page128.json" 2>&1 | grep -v "^$" | tail -12

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kernels_bench as kb  # noqa: E402
 
-from hwtune.probes.kernels.configs import TritonAttnConfig  # noqa: E402
+from hwtune.kernels.configs import TritonAttnConfig  # noqa: E402
 
 SHAPES = ((16, 8192, "NHD"), (16, 32768, "HND"), (64, 8192, "NHD"), (1, 131072, "NHD"), (4, 16384, "NHD"))
 

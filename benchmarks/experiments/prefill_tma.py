@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels_bench import causal_flops, kv_bytes, paged, time_ms  # noqa: E402
 
-from hwtune.probes.kernels import triton_attention as ta  # noqa: E402
-from hwtune.probes.kernels._common import (  # noqa: E402
+from hwtune.kernels import triton_attention as ta  # noqa: E402
+from hwtune.kernels._common import (  # noqa: E402
     LOG2E,
     program_coords,
     query_tile,

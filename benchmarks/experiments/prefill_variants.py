@@ -1,6 +1,6 @@
 """A/B of TRITON_ATTN prefill loop structures on a CUDA GPU (issue 5: prefill >= 50 % of the matmul rate).
 
-The production kernel (``hwtune.probes.kernels.triton_attention``) runs each query tile's KV tiles in two
+The production kernel (``hwtune.kernels.triton_attention``) runs each query tile's KV tiles in two
 loops: unmasked tiles, then the diagonal/tail tiles with every mask. A fit of its efficiency over shapes
 suggested a fixed cost of several tile-times per program. Each loop is software-pipelined on its own, so the
 second loop (usually one or two tiles) starts with an empty pipeline: its loads are exposed. This script
@@ -39,9 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels_bench import causal_flops, kv_bytes, paged, time_ms  # noqa: E402
 
-from hwtune.probes.kernels import triton_attention as ta  # noqa: E402
-from hwtune.probes.kernels._common import LOG2E, locate_qblock, num_sms, split_tile_range, store_result  # noqa: E402
-from hwtune.probes.kernels.configs import TritonAttnConfig  # noqa: E402
+from hwtune.kernels import triton_attention as ta  # noqa: E402
+from hwtune.kernels._common import LOG2E, locate_qblock, num_sms, split_tile_range, store_result  # noqa: E402
+from hwtune.kernels.configs import TritonAttnConfig  # noqa: E402
 
 
 @triton.jit

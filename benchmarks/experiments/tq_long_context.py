@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kernels_bench as kb  # noqa: E402
 
-from hwtune.probes.kernels import turboquant as tq  # noqa: E402
-from hwtune.probes.kernels._common import num_sms  # noqa: E402
-from hwtune.probes.kernels.configs import (  # noqa: E402
+from hwtune.kernels import turboquant as tq  # noqa: E402
+from hwtune.kernels._common import num_sms  # noqa: E402
+from hwtune.kernels.configs import (  # noqa: E402
     TritonAttnConfig,
     choose_num_splits,
     turboquant_config,

@@ -16,10 +16,10 @@ from rich.table import Table
 from hwtune.cli import bench_all2all
 from hwtune.cli import specs as S
 from hwtune.cli.common import JsonOpt, console, emit_json, guarded
-from hwtune.selector import catalogue
-from hwtune.selector.errors import BackendNotValidError, InvalidSpecError
-from hwtune.selector.records import MeasurementRecord
-from hwtune.selector.types import AttentionWorkload
+from hwtune.core import catalogue
+from hwtune.core.errors import BackendNotValidError, InvalidSpecError
+from hwtune.core.records import MeasurementRecord
+from hwtune.core.types import AttentionWorkload
 
 app = typer.Typer(help="Measure one candidate backend on one workload (correctness first, then timing).",
                   no_args_is_help=True)
@@ -81,10 +81,10 @@ def attention(
     json_out: bool = JsonOpt,
 ) -> None:
     """Measure an attention candidate: correctness gate against the float32 reference, then timing."""
-    from hwtune.probes.device import detect
-    from hwtune.probes.measure import measure_attention, plan_candidates
+    from hwtune.core.detect import detect
+    from hwtune.probes.attention.measure import measure_attention, plan_candidates
     from hwtune.probes.timing import TimingOptions
-    from hwtune.selector.device import CPU_PROFILE
+    from hwtune.core.devices import CPU_PROFILE
 
     spec = S.build_attention_spec(model, tp, num_heads, num_kv_heads, head_size, dtype, kv_cache_dtype,
                                   block_size, kv_layout, dcp, pcp, spec_tokens, sinks, sliding_window, soft_cap, mla)

@@ -14,15 +14,15 @@ from typing import Any, Literal, cast
 import typer
 
 from hwtune.cli.common import JsonOpt, console, emit_json, guarded
-from hwtune.selector.errors import InvalidSpecError
-from hwtune.selector.records import MeasurementRecord
-from hwtune.selector.types import All2AllSpec, All2AllWorkload
+from hwtune.core.errors import InvalidSpecError
+from hwtune.core.records import MeasurementRecord
+from hwtune.core.types import All2AllSpec, All2AllWorkload
 
 
 def _device(value: str) -> Literal["cuda", "cpu"]:
     value = value.strip().lower()
     if value == "auto":
-        from hwtune.probes.device import detect
+        from hwtune.core.detect import detect
 
         return "cuda" if detect().is_cuda else "cpu"
     if value not in ("cuda", "cpu"):
@@ -31,7 +31,7 @@ def _device(value: str) -> Literal["cuda", "cpu"]:
 
 
 def _backends(values: list[str]) -> list[str]:
-    from hwtune.selector import catalogue
+    from hwtune.core import catalogue
 
     out: list[str] = []
     for v in values:

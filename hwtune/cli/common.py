@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from hwtune.selector.errors import BackendNotValidError, HwtuneError, NoValidBackendError
+from hwtune.core.errors import BackendNotValidError, HwtuneError, NoValidBackendError
 
 #: People-facing output goes to stderr so that ``--json`` leaves stdout to JSON alone.
 console = Console(stderr=True, highlight=False, soft_wrap=True,

@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 
 from hwtune.cli.common import JsonOpt, console, emit_json, guarded
-from hwtune.selector.errors import StoreDataError, StoreUnavailableError
+from hwtune.core.errors import StoreDataError, StoreUnavailableError
 
 if TYPE_CHECKING:
     from hwtune.db.store import Store

@@ -8,11 +8,11 @@ import typer
 from rich.table import Table
 
 from hwtune.cli.common import AssumeInstalledOpt, DeviceOpt, JsonOpt, console, emit_json, guarded
-from hwtune.selector import catalogue
-from hwtune.selector.catalogue import Backend
-from hwtune.selector.environment import current_environment
-from hwtune.selector.packages import check_requirement, installed_version
-from hwtune.selector.select import resolve_device
+from hwtune.core import catalogue
+from hwtune.core.catalogue import Backend
+from hwtune.core.environment import current_environment
+from hwtune.core.packages import check_requirement, installed_version
+from hwtune.selector.api import resolve_device
 
 
 def _gib(n: int | None) -> str:
@@ -71,7 +71,7 @@ def _backend_json(b: Backend, device_reasons: list[str] | None) -> dict[str, Any
 
 def _device_reasons(b: Backend, device_name: str, assume_installed: bool) -> list[str] | None:
     """Whether the backend runs on the device at all (device type, compute capability, packages)."""
-    from hwtune.selector.validation import device_rejections, package_rejections
+    from hwtune.core.validation import device_rejections, package_rejections
 
     device = resolve_device(device_name)
     found = device_rejections(b.rules, device, b.name)
@@ -88,13 +88,13 @@ def backends(
     json_out: bool = JsonOpt,
 ) -> None:
     """List the catalogue: each backend, its tactics, and whether it can run here (or on --device)."""
-    from hwtune.selector.errors import InvalidSpecError
+    from hwtune.core.errors import InvalidSpecError
 
     if kind not in (None, "attention", "all2all"):
         raise InvalidSpecError(f"unknown --kind {kind!r}; known: attention, all2all")
     kinds = [kind] if kind else ["attention", "all2all"]
     if markdown:
-        from hwtune.selector.catalogue.doc import markdown as render
+        from hwtune.core.catalogue.doc import markdown as render
 
         print(render(kinds), end="")
         return

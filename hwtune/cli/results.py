@@ -9,8 +9,8 @@ import typer
 from rich.table import Table
 
 from hwtune.cli.common import JsonOpt, console, emit_json, guarded
-from hwtune.selector.errors import InvalidSpecError
-from hwtune.selector.records import STATUSES
+from hwtune.core.errors import InvalidSpecError
+from hwtune.core.records import STATUSES
 
 
 def _records(db: Optional[str], kind: Optional[str], backend: Optional[str], status: Optional[str],
@@ -23,8 +23,8 @@ def _records(db: Optional[str], kind: Optional[str], backend: Optional[str], sta
         raise InvalidSpecError(f"unknown --kind {kind!r}; known: attention, all2all")
     env_hash = None
     if this_env:
-        from hwtune.probes.device import detect
-        from hwtune.selector.environment import current_environment
+        from hwtune.core.detect import detect
+        from hwtune.core.environment import current_environment
 
         env_hash = current_environment(detect()).hash()
     with Store.open(db, read_only=True, create=False) as store:

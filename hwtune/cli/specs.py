@@ -7,9 +7,9 @@ from typing import Any, Optional
 
 import typer
 
-from hwtune.selector.errors import InvalidSpecError
-from hwtune.selector.model_config import attention_spec, load_model_config
-from hwtune.selector.types import AttentionSpec
+from hwtune.core.errors import InvalidSpecError
+from hwtune.core.model_config import attention_spec, load_model_config
+from hwtune.core.types import AttentionSpec
 
 ModelOpt = typer.Option(None, "--model", "-m", help="Hugging Face config.json (or its folder).")
 TpOpt = typer.Option(1, "--tp", help="Tensor-parallel size: heads are divided as engines divide them.")

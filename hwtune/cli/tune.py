@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hwtune.cli.common import JsonOpt, console, emit_json, guarded
-from hwtune.selector.errors import InvalidSpecError
+from hwtune.core.errors import InvalidSpecError
 
 
 def _plan(model: Optional[Path], plan_file: Optional[Path], tp: int, ep: Optional[int], max_num_seqs: int,
@@ -71,8 +71,8 @@ def tune(
     json_out: bool = JsonOpt,
 ) -> None:
     """Tune this node: every valid backend and tactic on every planned workload, results stored as measured."""
-    from hwtune.probes.device import detect
-    from hwtune.selector.device import CPU_PROFILE
+    from hwtune.core.detect import detect
+    from hwtune.core.devices import CPU_PROFILE
     from hwtune.tuner.run import TuneOptions, Tuner, estimate_seconds
 
     kind_list = [k.strip() for k in kinds.split(",") if k.strip()]
@@ -98,7 +98,7 @@ def tune(
     plan = _plan(model, plan_file, tp, ep, max_num_seqs, max_model_len, kind_list, quick, profile, overrides)
     backend_list = tuple(b.strip() for b in backends.split(",")) if backends else None
     if backend_list:
-        from hwtune.selector import catalogue
+        from hwtune.core import catalogue
 
         for b in backend_list:
             catalogue.get("all2all" if b.islower() else "attention", b.partition(":")[0])  # unknown: exit 2

@@ -1,7 +1,7 @@
 """The result store: every SQL statement hwtune runs lives in this package.
 
 ``Store.open(url)`` gives the tuner and the CLI a store (SQLite file by default, PostgreSQL for a cluster);
-``hwtune.db.read.open_for_selection`` gives an engine a read-only one within a time budget, or None.
+``hwtune.db.readonly.open_for_selection`` gives an engine a read-only one within a time budget, or None.
 Names are loaded on first use so that ``import hwtune.db`` stays cheap.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 _EXPORTS = {
     "Store": "hwtune.db.store",
-    "open_for_selection": "hwtune.db.read",
+    "open_for_selection": "hwtune.db.readonly",
     "export_jsonl": "hwtune.db.transfer",
     "import_jsonl": "hwtune.db.transfer",
     "copy_measurements": "hwtune.db.transfer",

@@ -37,7 +37,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 
 from hwtune.db.columns import dumps
 from hwtune.db.urls import check_local_filesystem, mask, sqlite_path
-from hwtune.selector.errors import StoreUnavailableError
+from hwtune.core.errors import StoreUnavailableError
 
 log = logging.getLogger("hwtune.db")
 
@@ -106,7 +106,7 @@ def _postgres_engine(url: URL, *, read_only: bool, connect_timeout: float,
         options.append(f"-c statement_timeout={int(statement_timeout_s * 1000)}")
     connect_args: dict[str, Any] = {
         # libpq (and psycopg) round this up to whole seconds, at least 2; the engine read path enforces its
-        # own tighter deadline around the whole attempt (hwtune.db.read).
+        # own tighter deadline around the whole attempt (hwtune.db.readonly).
         "connect_timeout": max(2, math.ceil(connect_timeout)),
         "application_name": "hwtune",
     }

@@ -11,7 +11,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from hwtune.db.urls import mask, redact
-from hwtune.selector.errors import StoreDataError, StoreError, StoreUnavailableError
+from hwtune.core.errors import StoreDataError, StoreError, StoreUnavailableError
 
 #: PostgreSQL SQLSTATEs that mean "this transaction lost a race; run it again".
 #: serialization failure, deadlock detected, lock not available

@@ -35,7 +35,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from hwtune.db.columns import JSONDoc, UTCDateTime
-from hwtune.selector.records import STATUSES
+from hwtune.core.records import STATUSES
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_name)s",

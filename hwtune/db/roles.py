@@ -16,7 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from hwtune.db.errors import translate
 from hwtune.db.store import Store
-from hwtune.selector.errors import InvalidSpecError, StoreError
+from hwtune.core.errors import InvalidSpecError, StoreError
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _VAR = re.compile(r':"(\w+)"')

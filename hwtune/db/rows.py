@@ -12,10 +12,10 @@ import datetime as _dt
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple
 
-from hwtune.selector.environment import fingerprint_hash
-from hwtune.selector.errors import HwtuneError, StoreDataError
-from hwtune.selector.records import LatencyStats, MeasurementRecord
-from hwtune.selector.types import AttentionWorkload, workload_from_dict
+from hwtune.core.environment import fingerprint_hash
+from hwtune.core.errors import HwtuneError, StoreDataError
+from hwtune.core.records import LatencyStats, MeasurementRecord
+from hwtune.core.types import AttentionWorkload, workload_from_dict
 
 STAT_FIELDS: tuple[str, ...] = ("median_us", "p10_us", "p90_us", "mean_us", "n", "spread", "ci95_rel")
 

@@ -7,7 +7,7 @@ loaded, and a results file travels between clusters and people). Line 1 is a hea
 
 and each of the N following lines is one measurement: the fields of ``MeasurementRecord.to_dict()`` with its
 environment fingerprint and normalised workload; non-finite floats (legal only in ``error`` and ``extra``)
-are written ``{"$float": "nan"}``. Import checks every line (``hwtune.db.validate``) before it writes
+are written ``{"$float": "nan"}``. Import checks every line (``hwtune.db.import_checks``) before it writes
 anything, and reports bad lines by number: ``on_error="abort"`` then writes nothing, ``"skip"`` writes the
 good ones. Writes go through the store's idempotent upsert, so importing, pushing or pulling the same
 measurements again changes nothing and reports 0.
@@ -23,9 +23,9 @@ from typing import IO, Iterator, Literal
 from hwtune._version import __version__
 from hwtune.db.columns import dumps, encode_json
 from hwtune.db.store import Store
-from hwtune.db.validate import FORMAT, VERSION, check_header, parse_line
-from hwtune.selector.errors import StoreDataError
-from hwtune.selector.records import MeasurementRecord
+from hwtune.db.import_checks import FORMAT, VERSION, check_header, parse_line
+from hwtune.core.errors import StoreDataError
+from hwtune.core.records import MeasurementRecord
 
 OnError = Literal["skip", "abort"]
 BATCH = 1000

@@ -18,7 +18,7 @@ import platformdirs
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from hwtune.selector.errors import StoreError, StoreUnavailableError
+from hwtune.core.errors import StoreError, StoreUnavailableError
 
 ENV_VAR = "HWTUNE_DATABASE_URL"
 DEFAULT_FILENAME = "hwtune.db"

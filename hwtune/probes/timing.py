@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from hwtune.selector.records import LatencyStats
+from hwtune.core.records import LatencyStats
 
 
 @dataclass(frozen=True)

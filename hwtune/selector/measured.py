@@ -19,9 +19,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from hwtune.selector.environment import differences
+from hwtune.core.environment import differences
 from hwtune.selector.mix import MixPoint
-from hwtune.selector.records import DISQUALIFYING
+from hwtune.core.records import DISQUALIFYING
 from hwtune.selector.selection import DispatchEntry, RankedBackend
 
 NEIGHBOURS = 4
@@ -60,7 +60,7 @@ def _shape(row: tuple) -> tuple[str, int, int, int] | None:
 
 
 def gather(rows: Iterable[tuple], fingerprints: Mapping[str, Mapping], env_hash: str, fingerprint: Mapping) -> Evidence:
-    """Aggregate store rows (``hwtune.db.fastread`` column order) of one spec for this environment."""
+    """Aggregate store rows (``hwtune.db.sqlite_direct`` column order) of one spec for this environment."""
     ev = Evidence()
     per_host: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     foreign: dict[str, int] = defaultdict(int)

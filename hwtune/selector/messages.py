@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from hwtune.selector.catalogue import Backend
-from hwtune.selector.device import DeviceProfile
-from hwtune.selector.types import AttentionSpec, Spec
-from hwtune.selector.validation import Rejection
+from hwtune.core.catalogue import Backend
+from hwtune.core.devices import DeviceProfile
+from hwtune.core.types import AttentionSpec, Spec
+from hwtune.core.validation import Rejection
 
 ENV_VARS = {"attention": "HWTUNE_ATTENTION_BACKEND", "all2all": "HWTUNE_ALL2ALL_BACKEND"}
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from hwtune.selector.errors import InvalidSpecError
+from hwtune.core.errors import InvalidSpecError
 
 PROFILES = {"decode-heavy": (0.85, 0.15), "balanced": (0.6, 0.4), "prefill-heavy": (0.25, 0.75)}
 DECODE_BATCHES = (1, 4, 16, 64, 256, 1024)

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
-from hwtune.selector.device import DeviceProfile
+from hwtune.core.devices import DeviceProfile
 
 Source = Literal["measured", "interpolated", "static"]
 
@@ -119,11 +119,11 @@ class Selection:
         return "\n".join(lines)
 
     def to_vllm_args(self) -> list[str]:
-        from hwtune.selector.adapters import vllm_args
+        from hwtune.selector.engine_flags import vllm_args
 
         return vllm_args(self)
 
     def to_sglang_args(self) -> list[str]:
-        from hwtune.selector.adapters import sglang_args
+        from hwtune.selector.engine_flags import sglang_args
 
         return sglang_args(self)

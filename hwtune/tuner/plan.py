@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from hwtune.selector.device import DeviceProfile
-from hwtune.selector.errors import InvalidSpecError
-from hwtune.selector.model_config import ModelInfo, all2all_spec, attention_spec, load_model_config
-from hwtune.selector.types import All2AllSpec, All2AllWorkload, AttentionSpec, AttentionWorkload, Workload
+from hwtune.core.devices import DeviceProfile
+from hwtune.core.errors import InvalidSpecError
+from hwtune.core.model_config import ModelInfo, all2all_spec, attention_spec, load_model_config
+from hwtune.core.types import All2AllSpec, All2AllWorkload, AttentionSpec, AttentionWorkload, Workload
 
 #: Fraction of device memory a planned workload's KV cache (plus the reference's copies) may take.
 MEMORY_FRACTION = 0.35

@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable
 
-from hwtune.selector.records import MeasurementRecord
+from hwtune.core.records import MeasurementRecord
 
 
 def _best(records: Iterable[MeasurementRecord]) -> dict[tuple[str, str], dict[tuple, float]]:

@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from hwtune.selector.records import MeasurementRecord
+from hwtune.core.records import MeasurementRecord
 
 
 @dataclass(frozen=True)

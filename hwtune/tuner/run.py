@@ -20,14 +20,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from hwtune.probes.measure import measure_attention, plan_candidates
+from hwtune.probes.attention.measure import measure_attention, plan_candidates
 from hwtune.probes.timing import TimingOptions
-from hwtune.probes.worker import WorkerPool
-from hwtune.selector.device import CPU_PROFILE, DeviceProfile
-from hwtune.selector.environment import Environment, current_environment
-from hwtune.selector.errors import InvalidSpecError
-from hwtune.selector.records import MeasurementRecord
-from hwtune.selector.types import All2AllWorkload, AttentionWorkload, workload_from_dict
+from hwtune.probes.attention.worker import WorkerPool
+from hwtune.core.devices import CPU_PROFILE, DeviceProfile
+from hwtune.core.environment import Environment, current_environment
+from hwtune.core.errors import InvalidSpecError
+from hwtune.core.records import MeasurementRecord
+from hwtune.core.types import All2AllWorkload, AttentionWorkload, workload_from_dict
 from hwtune.tuner.plan import Plan, PlanItem
 from hwtune.tuner.schedule import order_refinements
 
@@ -73,7 +73,7 @@ def plan_queue_id(plan: Plan, env: Environment) -> str:
 class Tuner:
     def __init__(self, plan: Plan, store: Any, options: TuneOptions = TuneOptions(),
                  profile: DeviceProfile | None = None, progress: Progress | None = None) -> None:
-        from hwtune.probes.device import detect
+        from hwtune.core.detect import detect
 
         self.plan, self.store, self.opts = plan, store, options
         detected = profile or detect()
@@ -140,7 +140,7 @@ class Tuner:
                               on_record=store)
         else:
             from hwtune.probes.all2all.measure import measure_all2all
-            from hwtune.selector import catalogue
+            from hwtune.core import catalogue
 
             assert isinstance(w, All2AllWorkload)
             known = catalogue.names("all2all")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Sequence
 
-from hwtune.selector.records import MeasurementRecord
+from hwtune.core.records import MeasurementRecord
 from hwtune.tuner.plan import PlanItem
 
 

@@ -105,7 +105,7 @@ def test_console_script_and_module_entry_points() -> None:
 
 def test_select_from_a_store_with_per_phase(tmp_path) -> None:
     from hwtune.db.store import Store
-    from hwtune.selector.select import _cached
+    from hwtune.selector.api import _cached
     from tests.selector.test_measured import base, grid
 
     url = f"sqlite:///{tmp_path / 's.db'}"

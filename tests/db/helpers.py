@@ -6,10 +6,10 @@ import datetime as _dt
 import math
 from typing import Any
 
-from hwtune.selector.device import simulated
-from hwtune.selector.environment import Environment, SoftwareStack
-from hwtune.selector.records import LatencyStats, MeasurementRecord
-from hwtune.selector.types import All2AllSpec, All2AllWorkload, AttentionSpec, AttentionWorkload
+from hwtune.core.devices import simulated
+from hwtune.core.environment import Environment, SoftwareStack
+from hwtune.core.records import LatencyStats, MeasurementRecord
+from hwtune.core.types import All2AllSpec, All2AllWorkload, AttentionSpec, AttentionWorkload
 
 STACK = SoftwareStack(torch="2.11.0+cu130", cuda_runtime="13.0", triton="3.6.0", flashinfer="0.6.18.post1",
                       cudnn="9.10", nccl="2.27.3", hwtune="0.1.0")

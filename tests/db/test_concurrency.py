@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from hwtune.db.store import Store
-from hwtune.selector.records import MeasurementRecord
+from hwtune.core.records import MeasurementRecord
 from tests.db.helpers import attention
 
 PROCS, PER_PROC, BATCH = 8, 500, 25

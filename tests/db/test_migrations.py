@@ -16,7 +16,7 @@ from hwtune.db.engine import make_engine
 from hwtune.db.models import TABLES, Base
 from hwtune.db.store import Store
 from hwtune.db.urls import resolve
-from hwtune.selector.errors import StoreOutdatedError
+from hwtune.core.errors import StoreOutdatedError
 from tests.db.helpers import attention, cli
 
 

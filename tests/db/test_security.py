@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from hwtune.db import roles
 from hwtune.db.store import Store
 from hwtune.db.urls import check_local_filesystem, filesystem_type, mask, redact, resolve
-from hwtune.selector.errors import StoreError, StoreUnavailableError
+from hwtune.core.errors import StoreError, StoreUnavailableError
 from tests.db.conftest import admin_engine, pg_url_for
 from tests.db.helpers import attention, cli
 

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from hwtune.db.store import Store
-from hwtune.selector.errors import StoreDataError, StoreError
+from hwtune.core.errors import StoreDataError, StoreError
 from tests.db.helpers import B200, H100, SPEC, SPEC_FP8, all2all, attention, comparable, same_records, variety
 
 

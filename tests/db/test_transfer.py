@@ -11,7 +11,7 @@ import pytest
 
 from hwtune.db.store import Store
 from hwtune.db.transfer import copy_measurements, export_jsonl, import_jsonl, record_line
-from hwtune.selector.errors import StoreDataError
+from hwtune.core.errors import StoreDataError
 from tests.db.helpers import attention, cli, same_records, variety
 
 

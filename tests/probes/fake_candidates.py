@@ -14,8 +14,8 @@ import time
 
 import torch
 
-from hwtune.probes.candidates.base import Candidate, Runner
-from hwtune.probes.candidates.sdpa import SdpaRunner
+from hwtune.probes.attention.candidates.base import Candidate, Runner
+from hwtune.probes.attention.candidates.sdpa import SdpaRunner
 
 
 class _Base(Candidate):
@@ -86,7 +86,7 @@ class _ReferenceLseRunner(Runner):
         self.problem = problem
 
     def run(self) -> None:
-        from hwtune.probes.reference import reference_attention
+        from hwtune.probes.attention.reference import reference_attention
 
         out, lse = reference_attention(self.problem)
         self.out.copy_(out)

@@ -2,11 +2,11 @@
 
 import pytest
 
-from hwtune.probes.measure import Planned, measure_attention, plan_candidates
+from hwtune.probes.attention.measure import Planned, measure_attention, plan_candidates
 from hwtune.probes.timing import TimingOptions
-from hwtune.probes.worker import WorkerPool
-from hwtune.selector.device import CPU_PROFILE
-from hwtune.selector.types import AttentionSpec, AttentionWorkload
+from hwtune.probes.attention.worker import WorkerPool
+from hwtune.core.devices import CPU_PROFILE
+from hwtune.core.types import AttentionSpec, AttentionWorkload
 
 FAST = TimingOptions(time_cap_s=0.05, min_reps=6, batch=6, warmup=1)
 SPEC = AttentionSpec(8, 2, 64, dtype="float32", block_size=16)
@@ -65,7 +65,7 @@ def test_invalid_candidates_are_recorded_unsupported_and_never_run() -> None:
 
 
 def test_uniform_only_kernels_get_a_uniform_second_batch() -> None:
-    from hwtune.probes.problem import varied_lengths
+    from hwtune.probes.attention.problem import varied_lengths
 
     w = AttentionWorkload(SPEC, "decode", batch=4, context_len=100)
     ragged = varied_lengths(w, 1).context_lens

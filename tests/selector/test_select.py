@@ -6,9 +6,9 @@ import pytest
 
 import hwtune
 from hwtune import All2AllSpec, AttentionSpec, BackendNotValidError, NoValidBackendError
-from hwtune.selector import packages
-from hwtune.selector.errors import UnknownBackendError
-from hwtune.selector.select import _cached
+from hwtune.core import packages
+from hwtune.core.errors import UnknownBackendError
+from hwtune.selector.api import _cached
 
 LLAMA = AttentionSpec(32, 8, 128)
 
@@ -143,10 +143,10 @@ def test_missing_packages_are_reasons_read_from_metadata(monkeypatch) -> None:
     def version(dist: str):
         return fake[dist] if dist in fake else real(dist)
 
-    monkeypatch.setattr("hwtune.selector.packages.installed_version", version)
-    monkeypatch.setattr("hwtune.selector.validation.installed_version", version)
-    monkeypatch.setattr("hwtune.selector.packages.torch_cuda_version", lambda: "13.0")
-    monkeypatch.setattr("hwtune.selector.validation.torch_cuda_version", lambda: "13.0")
+    monkeypatch.setattr("hwtune.core.packages.installed_version", version)
+    monkeypatch.setattr("hwtune.core.validation.installed_version", version)
+    monkeypatch.setattr("hwtune.core.packages.torch_cuda_version", lambda: "13.0")
+    monkeypatch.setattr("hwtune.core.validation.torch_cuda_version", lambda: "13.0")
     _cached.cache_clear()
     sel = hwtune.select_attention(LLAMA, device="sm90")
     fi = " ".join(sel.rejected["FLASHINFER"])
@@ -157,10 +157,10 @@ def test_missing_packages_are_reasons_read_from_metadata(monkeypatch) -> None:
 
 
 def test_cpu_torch_is_a_reason_not_a_crash(monkeypatch) -> None:
-    monkeypatch.setattr("hwtune.selector.validation.torch_cuda_version", lambda: None)
-    monkeypatch.setattr("hwtune.selector.validation.installed_version",
+    monkeypatch.setattr("hwtune.core.validation.torch_cuda_version", lambda: None)
+    monkeypatch.setattr("hwtune.core.validation.installed_version",
                         lambda d: "2.13.0+cpu" if d == "torch" else "9.9")
-    monkeypatch.setattr("hwtune.selector.packages.installed_version", lambda d: "9.9")
+    monkeypatch.setattr("hwtune.core.packages.installed_version", lambda d: "9.9")
     _cached.cache_clear()
     sel = hwtune.select_attention(LLAMA, device="sm90")
     assert any("FlashInfer needs a CUDA build of torch; the installed torch 2.13.0+cpu is CPU-only" in r

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from hwtune.selector.device import CPU_PROFILE, simulated
-from hwtune.selector.errors import InvalidSpecError
-from hwtune.selector.records import LatencyStats, MeasurementRecord
-from hwtune.selector.types import AttentionSpec
+from hwtune.core.devices import CPU_PROFILE, simulated
+from hwtune.core.errors import InvalidSpecError
+from hwtune.core.records import LatencyStats, MeasurementRecord
+from hwtune.core.types import AttentionSpec
 from hwtune.tuner.plan import QUICK_BACKENDS, default_plan, plan_from_model, plan_from_toml
 from hwtune.tuner.schedule import informative, order_refinements
 

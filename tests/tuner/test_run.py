@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from hwtune.db.store import Store
-from hwtune.selector.device import CPU_PROFILE
-from hwtune.selector.errors import InvalidSpecError
+from hwtune.core.devices import CPU_PROFILE
+from hwtune.core.errors import InvalidSpecError
 from hwtune.tuner.plan import plan_from_toml
 from hwtune.tuner.run import TuneOptions, Tuner
 

@@ -24,7 +24,7 @@ import torch
 from hwtune.probes.all2all.candidates.base import Dispatched, LocalBatch, RankContext
 from hwtune.probes.all2all.payload import as_bytes, dequantize, nvfp4_global_scale, quantize
 from hwtune.probes.all2all.routing import make_hidden, make_routing, owner_rank
-from hwtune.selector.types import All2AllSpec
+from hwtune.core.types import All2AllSpec
 
 BF16_UNIT = 2.0**-8
 

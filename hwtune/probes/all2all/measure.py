@@ -19,13 +19,13 @@ from typing import Any, Literal
 from hwtune.probes.all2all.candidates import REGISTRY, missing_modules
 from hwtune.probes.all2all.launcher import run_trial
 from hwtune.probes.all2all.trial import ItemResult, TrialItem, TrialSpec
-from hwtune.selector import catalogue
-from hwtune.selector.device import CPU_PROFILE, DeviceProfile
-from hwtune.selector.environment import Environment, current_environment
-from hwtune.selector.errors import InvalidSpecError
-from hwtune.selector.records import LatencyStats, MeasurementRecord
-from hwtune.selector.types import All2AllSpec, All2AllWorkload
-from hwtune.selector.validation import check
+from hwtune.core import catalogue
+from hwtune.core.devices import CPU_PROFILE, DeviceProfile
+from hwtune.core.environment import Environment, current_environment
+from hwtune.core.errors import InvalidSpecError
+from hwtune.core.records import LatencyStats, MeasurementRecord
+from hwtune.core.types import All2AllSpec, All2AllWorkload
+from hwtune.core.validation import check
 
 DeviceKind = Literal["cuda", "cpu"]
 
@@ -36,7 +36,7 @@ def device_profile(device: str) -> DeviceProfile:
         return CPU_PROFILE
     if device != "cuda":
         raise InvalidSpecError(f"unknown device {device!r} for all2all measurement; use 'cuda' or 'cpu'")
-    from hwtune.probes.device import detect
+    from hwtune.core.detect import detect
 
     return detect()
 

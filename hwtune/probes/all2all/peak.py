@@ -18,7 +18,7 @@ from hwtune.probes.all2all.trial import ItemResult, TrialSpec
 
 
 def measure_peak(ctx: Any, spec: TrialSpec, iters: int = 20, warmup: int = 5) -> ItemResult:
-    from hwtune.selector.records import LatencyStats
+    from hwtune.core.records import LatencyStats
 
     ws = ctx.world_size
     n = max(ws, spec.peak_bytes // ws * ws)

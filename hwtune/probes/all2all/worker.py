@@ -84,10 +84,10 @@ def _run_item(cand: Any, ctx: Any, spec: TrialSpec, index: int, setup_s: float) 
     from hwtune.probes.all2all.payload import bytes_per_token
     from hwtune.probes.all2all.routing import receive_load, remote_token_targets
     from hwtune.probes.all2all.timing import median_ci95_rel, time_candidate
-    from hwtune.selector import catalogue
-    from hwtune.selector.catalogue import Feature
-    from hwtune.selector.records import LatencyStats
-    from hwtune.selector.types import All2AllSpec
+    from hwtune.core import catalogue
+    from hwtune.core.catalogue import Feature
+    from hwtune.core.records import LatencyStats
+    from hwtune.core.types import All2AllSpec
 
     a2a = All2AllSpec.from_dict(spec.spec)
     item = spec.items[index]
@@ -183,7 +183,7 @@ def main(argv: list[str]) -> int:
             out.result(0, _peak(ctx, spec))
         else:
             from hwtune.probes.all2all.candidates import load
-            from hwtune.selector.types import All2AllSpec
+            from hwtune.core.types import All2AllSpec
 
             stage = "the candidate's set-up"
             t0 = time.perf_counter()

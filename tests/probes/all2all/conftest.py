@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hwtune.selector.types import All2AllSpec, All2AllWorkload
+from hwtune.core.types import All2AllSpec, All2AllWorkload
 
 ROOT = str(Path(__file__).resolve().parents[3])
 #: Spawned ranks import the faulty candidates from this repository's tests package.

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from hwtune.cli import bench_all2all
 from hwtune.probes.all2all.measure import measure_all2all
-from hwtune.selector.device import CPU_PROFILE
-from hwtune.selector.environment import current_environment
-from hwtune.selector.errors import InvalidSpecError, UnknownBackendError
+from hwtune.core.devices import CPU_PROFILE
+from hwtune.core.environment import current_environment
+from hwtune.core.errors import InvalidSpecError, UnknownBackendError
 from tests.probes.all2all.conftest import wl
 
 NO_SPAWN = {"device": "cpu", "timeout_s": 30}

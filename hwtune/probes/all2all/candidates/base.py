@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from hwtune.probes.all2all.payload import Payload
-from hwtune.selector.types import All2AllSpec
+from hwtune.core.types import All2AllSpec
 
 
 class CandidateUnsupported(Exception):

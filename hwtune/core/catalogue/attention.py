@@ -1,0 +1,387 @@
+"""Attention backends (non-MLA), named as vLLM's ``--attention-backend`` names them.
+
+Facts come from vLLM's ``validate_configuration`` inputs (``vllm/v1/attention/backends/*.py``, summarised in
+``docs/design/attention_backends.md``) and from FlashInfer 0.6.18's own checks; each is cited in ``sources``.
+TRITON_ATTN and TURBOQUANT are hwtune's own Triton kernels (``hwtune.kernels``): their entries
+declare what those kernels implement, nothing more.
+"""
+
+from __future__ import annotations
+
+from hwtune.core.catalogue.base import (
+    AttentionRules, Backend, CCRange, Feature, Tactic, fs, ints, multiple_of,
+)
+from hwtune.core.packages import PackageRequirement
+
+F = Feature
+VLLM = "vllm v1/attention/backends"
+FI = "flashinfer 0.6.18"
+DECODE = fs("decode")
+PREFILL = fs("prefill")
+BOTH = fs("decode", "prefill")
+CUDA = fs("cuda")
+FP16_BF16 = fs("float16", "bfloat16")
+KV_16BIT = fs("auto", "float16", "bfloat16")
+
+FLASHINFER_PKG = PackageRequirement(
+    "flashinfer-python", ">=0.2.0", "FlashInfer attention wrappers", alternatives=("flashinfer",)
+)
+
+# --- FLASHINFER ---------------------------------------------------------------------------------------------
+_FI_BASE_FEATURES = fs(F.DECODE_LSE, F.SLIDING_WINDOW, F.SOFT_CAP, F.SPEC_DECODE, F.CUDA_GRAPHS)
+
+FLASHINFER = Backend(
+    name="FLASHINFER",
+    kind="attention",
+    summary="FlashInfer paged decode/prefill wrappers; tactics are its kernel families",
+    rules=AttentionRules(
+        device_types=CUDA,
+        compute_capabilities=(CCRange((7, 5), (12, 1)),),
+        dtypes=FP16_BF16,
+        kv_cache_dtypes=fs("auto", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"),
+        head_sizes=ints(64, 128, 256),
+        block_sizes=ints(16, 32, 64),
+        kv_layouts=fs("NHD", "HND"),
+        gqa_groups=multiple_of(1),
+        features=_FI_BASE_FEATURES | fs(F.SINKS),
+    ),
+    packages=(FLASHINFER_PKG,),
+    tactics=(
+        Tactic(
+            "fa2", DECODE,
+            AttentionRules(features=_FI_BASE_FEATURES - {F.SPEC_DECODE}, gqa_groups=ints(1, 2, 3, 4, 6, 8)),
+            summary="decode: BatchDecode on CUDA cores (use_tensor_cores=False)",
+            sources={
+                "gqa_groups": f"{FI} include/flashinfer/utils.cuh DISPATCH_GQA_GROUP_SIZE (decode kernel)",
+                "features": f"{FI} decode.py BatchDecodeWithPagedKVCacheWrapper.run (return_lse; q_len 1)",
+            },
+        ),
+        Tactic(
+            "fa2-tc", BOTH,
+            AttentionRules(features=_FI_BASE_FEATURES),
+            summary="fa2 on tensor cores: BatchPrefill backend='fa2'; decode via use_tensor_cores=True",
+            sources={"features": f"{FI} decode.py: use_tensor_cores runs the prefill kernel; return_lse"},
+        ),
+        Tactic(
+            "fa3", BOTH,
+            AttentionRules(
+                compute_capabilities=(CCRange((9, 0), (9, 0)),),
+                kv_cache_dtypes=KV_16BIT,
+                features=_FI_BASE_FEATURES,
+            ),
+            summary="Hopper FA3 template (decode through use_tensor_cores=True, backend='fa3')",
+            sources={
+                "compute_capabilities": f"{FI} jit/attention/modules.py fa3 built with sm90a flags only",
+                "kv_cache_dtypes": f"{FI} aot.py gen_fa3: dtype_q == dtype_kv (no fp8 KV with 16-bit q)",
+                "features": f"{FI} prefill.py run(return_lse=True)",
+            },
+        ),
+        Tactic(
+            "xqa", DECODE,
+            AttentionRules(
+                compute_capabilities=(CCRange((9, 0), (9, 0)), CCRange((10, 0), (10, 3)), CCRange((12, 0), (12, 1))),
+                kv_cache_dtypes=fs("auto", "float16", "bfloat16", "fp8_e4m3"),
+                head_sizes=multiple_of(16, 16, 256),
+                features=fs(F.SLIDING_WINDOW, F.CUDA_GRAPHS),
+            ),
+            summary="TensorRT-LLM XQA decode kernel via trtllm_batch_decode_with_kv_cache(backend='xqa')",
+            sources={
+                "compute_capabilities": f"{FI} jit/xqa.py: 'XQA is only supported on SM90, SM100, SM120/SM121'",
+                "kv_cache_dtypes": f"{FI} xqa.py: KV same as q, fp8 e4m3, int8, nvfp4 (SM12x)",
+                "head_sizes": f"{FI} xqa.py: head_dim % 16 == 0 and 16 <= head_dim <= 512",
+                "features": f"{FI} decode.py trtllm_batch_decode_with_kv_cache: LSE only on trtllm-gen",
+            },
+        ),
+        Tactic(
+            "cudnn", PREFILL,
+            AttentionRules(
+                compute_capabilities=(CCRange((8, 0)),),
+                kv_cache_dtypes=KV_16BIT,
+                head_sizes=ints(128),
+                kv_layouts=fs("NHD"),
+                features=fs(F.DECODE_LSE),
+            ),
+            summary="cuDNN paged prefill (flashinfer.cudnn.cudnn_batch_prefill_with_kv_cache)",
+            sources={
+                "phases": f"{FI}: cudnn is not a BatchDecode wrapper backend; decode returns no LSE",
+                "head_sizes": f"{FI} cudnn/prefill.py: without the frontend, paged needs d_qk == 128",
+                "kv_layouts": f"{FI} prefill.py: 'CUDNN backend only supports NHD layout' (seen on H100, 2026-11-21)",
+                "compute_capabilities": "cuDNN frontend SDPA: Ampere and newer",
+                "kv_cache_dtypes": f"{FI} cudnn/prefill.py: fp8 needs q/k/v scales of an fp8 q",
+                "features": f"{FI} cudnn/prefill.py return_lse (natural-log LSE)",
+            },
+        ),
+        Tactic(
+            "trtllm-gen", BOTH,
+            AttentionRules(
+                compute_capabilities=(CCRange((10, 0), (10, 3)),),
+                kv_layouts=fs("HND"),
+                features=fs(F.SINKS, F.SLIDING_WINDOW, F.SPEC_DECODE, F.CUDA_GRAPHS),
+            ),
+            packages=(PackageRequirement(
+                "flashinfer-cubin", "", "precompiled trtllm-gen kernels (else downloaded from NVIDIA at first use)"
+            ),),
+            summary="TensorRT-LLM generated kernels (Blackwell)",
+            sources={
+                "compute_capabilities": f"{FI} tests: 'only guaranteed to work on SM100 and SM103'; "
+                "vllm utils/flashinfer.py supports_trtllm_attention (SM100 family)",
+                "kv_layouts": f"{FI} decode.py trtllm_batch_decode_with_kv_cache kv_layout='HND'; vllm requires HND",
+                "features": "vllm utils/flashinfer.py use_trtllm_attention: 'Trtllm does not support returning "
+                "LSE'; sinks and spec decode force TRTLLM",
+                "packages": f"{FI} jit/cubin_loader.py: cubins from flashinfer-cubin or FLASHINFER_CUBIN_DIR",
+            },
+        ),
+        Tactic(
+            "cute-dsl", BOTH,
+            AttentionRules(
+                compute_capabilities=(CCRange((10, 0)),),
+                kv_cache_dtypes=KV_16BIT,
+                head_sizes=ints(64, 128, 256),
+                features=fs(F.SLIDING_WINDOW, F.CUDA_GRAPHS),
+            ),
+            packages=(PackageRequirement("nvidia-cutlass-dsl", ">=4.0", "CuTe DSL kernels"),),
+            summary="CuTe-DSL GQA decode/prefill kernels (SM100+)",
+            sources={
+                "compute_capabilities": f"{FI} cute_dsl/attention/wrappers: SM100+",
+                "kv_cache_dtypes": f"{FI} cute_dsl wrappers: kv_dtype == q_dtype",
+                "head_sizes": f"{FI} cute_dsl batch_decode: head_dim a positive multiple of 64",
+                "features": f"{FI} cute_dsl: no soft-cap; no LSE declared",
+            },
+        ),
+    ),
+    sources={
+        "device_types": f"{VLLM}/flashinfer.py (CUDA platform only)",
+        "compute_capabilities": f"{VLLM}/flashinfer.py FlashInferBackend.supports_compute_capability: 7.5 <= cc <= 12.1",
+        "dtypes": f"{VLLM}/flashinfer.py FlashInferBackend.supported_dtypes",
+        "kv_cache_dtypes": f"{VLLM}/flashinfer.py supported_kv_cache_dtypes (fp8 is fp8_e4m3)",
+        "head_sizes": f"{VLLM}/flashinfer.py get_supported_head_sizes -> [64, 128, 256]",
+        "block_sizes": f"{VLLM}/flashinfer.py get_supported_kernel_block_sizes -> [16, 32, 64]",
+        "kv_layouts": f"{VLLM}/flashinfer.py get_kv_cache_stride_order (NHD, HND); {FI} utils.py _unpack_paged_kv_cache",
+        "gqa_groups": f"{VLLM}/flashinfer.py: num_qo_heads % num_kv_heads == 0 (any group via tensor cores)",
+        "features": f"{VLLM}/flashinfer.py FlashInferImpl.can_return_lse_for_decode=True, window_left, "
+        "logits_soft_cap; sinks only through TRTLLM (supports_sink)",
+        "packages": "vllm requirements/cuda.txt flashinfer-python",
+        "tactics": f"{FI} decode.py / prefill.py backend= values; xqa.py; cudnn/; cute_dsl/",
+    },
+)
+
+# --- FLASH_ATTN ---------------------------------------------------------------------------------------------
+_FA_FEATURES = fs(F.DECODE_LSE, F.SLIDING_WINDOW, F.SOFT_CAP, F.SPEC_DECODE, F.CUDA_GRAPHS)
+
+FLASH_ATTN = Backend(
+    name="FLASH_ATTN",
+    kind="attention",
+    summary="FlashAttention varlen with a paged KV cache (flash_attn / vllm_flash_attn)",
+    rules=AttentionRules(
+        device_types=CUDA,
+        compute_capabilities=(CCRange((8, 0)),),
+        dtypes=FP16_BF16,
+        kv_cache_dtypes=fs("auto", "float16", "bfloat16", "fp8_e4m3"),
+        head_sizes=multiple_of(8, 8, 256),
+        block_sizes=multiple_of(16, 16),
+        kv_layouts=fs("NHD", "HND"),
+        gqa_groups=multiple_of(1),
+        features=_FA_FEATURES | fs(F.SINKS),
+    ),
+    packages=(PackageRequirement("flash-attn", ">=2.5", "flash_attn_varlen_func with block_table",
+                                 alternatives=("vllm",)),),
+    tactics=(
+        Tactic("fa2", BOTH, AttentionRules(kv_cache_dtypes=KV_16BIT, features=_FA_FEATURES),
+               summary="FlashAttention-2",
+               sources={"kv_cache_dtypes": f"{VLLM}/fa_utils.py flash_attn_supports_fp8: FA3 on SM90 only"}),
+        Tactic("fa3", BOTH,
+               AttentionRules(compute_capabilities=(CCRange((9, 0), (9, 0)),), features=_FA_FEATURES | fs(F.SINKS)),
+               packages=(PackageRequirement("flash-attn-3", "", "FlashAttention-3 (Hopper)",
+                                            alternatives=("vllm", "flash_attn_3")),),
+               summary="FlashAttention-3 (Hopper)",
+               sources={
+                   "compute_capabilities": f"{VLLM}/fa_utils.py get_flash_attn_version: FA3 when major == 9",
+                   "features": f"{VLLM}/flash_attn.py supports_sink: FA3 only",
+                   "kv_cache_dtypes": f"{VLLM}/fa_utils.py get_fp8_dtype_for_flashattn: e4m3 only",
+               }),
+        Tactic("fa4", BOTH,
+               AttentionRules(compute_capabilities=(CCRange((10, 0)),), kv_cache_dtypes=KV_16BIT,
+                              head_sizes=multiple_of(8, 8, 128), features=_FA_FEATURES),
+               packages=(PackageRequirement("vllm", "", "FA4 ships with vllm_flash_attn",
+                                            alternatives=("flash-attn-4",)),),
+               summary="FlashAttention-4 (CuTe DSL, Blackwell)",
+               sources={
+                   "compute_capabilities": f"{VLLM}/fa_utils.py: FA4 when major >= 10",
+                   "head_sizes": f"{VLLM}/fa_utils.py: FA4 with head_size > 128 on SM10x falls back to FA2",
+               }),
+    ),
+    sources={
+        "device_types": f"{VLLM}/flash_attn.py (CUDA)",
+        "compute_capabilities": f"{VLLM}/flash_attn.py supports_compute_capability: cc >= 8.0",
+        "dtypes": f"{VLLM}/flash_attn.py supported_dtypes",
+        "kv_cache_dtypes": f"{VLLM}/flash_attn.py supports_kv_cache_dtype (fp8 only with FA3 on SM90)",
+        "head_sizes": f"{VLLM}/flash_attn.py supports_head_size: head_size % 8 == 0 and <= 256",
+        "block_sizes": f"{VLLM}/flash_attn.py get_supported_kernel_block_sizes -> [MultipleOf(16)]",
+        "kv_layouts": f"{VLLM}/flash_attn.py get_kv_cache_stride_order NHD/HND",
+        "gqa_groups": "flash_attn_varlen_func: any num_heads divisible by num_heads_k",
+        "features": f"{VLLM}/flash_attn.py can_return_lse_for_decode=True, sliding window, softcap, varlen "
+        "queries, cudagraph ALWAYS (FA3) / UNIFORM_BATCH (FA2); PCP support varies by version: not declared",
+        "packages": "flash-attn (Dao-AILab) or vllm's bundled vllm_flash_attn",
+        "tactics": f"{VLLM}/fa_utils.py get_flash_attn_version (2, 3, 4)",
+    },
+)
+
+# --- TRITON_ATTN (hwtune's kernel) --------------------------------------------------------------------------
+TRITON_ATTN = Backend(
+    name="TRITON_ATTN",
+    kind="attention",
+    summary="hwtune's paged attention in Triton: split-KV decode with LSE merge, chunked causal prefill",
+    rules=AttentionRules(
+        device_types=CUDA,
+        compute_capabilities=(CCRange((8, 0)),),
+        dtypes=FP16_BF16,
+        kv_cache_dtypes=fs("auto", "float16", "bfloat16", "fp8_e4m3"),
+        kv_cache_dtype_min_cc={"fp8_e4m3": (8, 9)},
+        head_sizes=ints(64, 96, 128, 256),
+        block_sizes=multiple_of(16, 16, 128),
+        kv_layouts=fs("NHD", "HND"),
+        gqa_groups=multiple_of(1),
+        features=fs(F.DECODE_LSE, F.SPEC_DECODE, F.CUDA_GRAPHS),
+    ),
+    packages=(PackageRequirement("triton", ">=3.0", "JIT-compiled kernels"),),
+    tactics=(
+        Tactic("auto", BOTH, AttentionRules(), summary="heuristic tile sizes and KV splits per shape"),
+        Tactic("tuned", BOTH, AttentionRules(), summary="tile sizes, KV splits, warps, stages searched per workload"),
+    ),
+    sources={
+        "device_types": "hwtune/kernels/triton_attention.py (Triton on CUDA)",
+        "compute_capabilities": "hwtune kernels use bf16 tl.dot: Ampere (SM 8.0) and newer",
+        "dtypes": "hwtune/kernels/triton_attention.py",
+        "kv_cache_dtypes": "hwtune/kernels/triton_attention.py (fp8 e4m3 with per-tensor scales)",
+        "kv_cache_dtype_min_cc": "triton: 'fp8e4nv data type is not supported on CUDA arch < 89'",
+        "head_sizes": "hwtune/kernels/triton_attention.py HEAD_SIZES (96 padded to a power of two)",
+        "block_sizes": "hwtune/kernels/triton_attention.py: page sizes 16 to 128, multiples of 16",
+        "kv_layouts": "hwtune/kernels/triton_attention.py (strides for NHD and HND)",
+        "gqa_groups": "hwtune/kernels/triton_attention.py (query heads grouped per KV head)",
+        "features": "hwtune/kernels/triton_attention.py returns LSE; multi-token decode queries; "
+        "no host sync in the launch path (graph-capturable)",
+        "packages": "triton",
+        "tactics": "hwtune/kernels/triton_attention.py configs",
+    },
+)
+
+# --- FLEX_ATTENTION -----------------------------------------------------------------------------------------
+FLEX_ATTENTION = Backend(
+    name="FLEX_ATTENTION",
+    kind="attention",
+    summary="torch.nn.attention.flex_attention over the paged cache (block mask from the page table), compiled",
+    rules=AttentionRules(
+        device_types=fs("cuda", "cpu"),
+        compute_capabilities=(CCRange((8, 0)),),
+        dtypes=fs("float16", "bfloat16", "float32"),
+        kv_cache_dtypes=KV_16BIT,
+        head_sizes=ints(16, 32, 64, 128, 256),
+        block_sizes=multiple_of(16, 16),
+        kv_layouts=fs("NHD", "HND"),
+        gqa_groups=multiple_of(1),
+        features=fs(F.SLIDING_WINDOW, F.SPEC_DECODE),
+    ),
+    packages=(PackageRequirement("torch", ">=2.5", "flex_attention with enable_gqa"),),
+    needs_cuda_torch=False,
+    tactics=(Tactic("compiled", BOTH, AttentionRules(), summary="torch.compile(flex_attention)"),),
+    sources={
+        "device_types": "torch.nn.attention.flex_attention: CUDA and CPU (compiled)",
+        "compute_capabilities": "torch flex_attention Triton templates need SM 8.0 for bf16",
+        "dtypes": f"{VLLM}/flex_attention.py supported_dtypes",
+        "kv_cache_dtypes": f"{VLLM}/flex_attention.py: 'FlexAttention does not support quantized kv-cache'",
+        "head_sizes": "torch flex_attention: head dim a power of two >= 16 (non-powers are padded or rejected "
+        "by version; declared powers only)",
+        "block_sizes": f"{VLLM}/flex_attention.py get_supported_kernel_block_sizes -> [MultipleOf(16)]",
+        "kv_layouts": "hwtune/probes/attention/candidates/flex.py gathers pages in either layout",
+        "gqa_groups": "torch flex_attention(enable_gqa=True)",
+        "features": f"{VLLM}/flex_attention.py: sliding window by mask_mod; no soft cap, no sinks, no DCP",
+        "packages": "torch.nn.attention.flex_attention (torch 2.5)",
+        "tactics": "hwtune/probes/attention/candidates/flex.py",
+    },
+)
+
+# --- TORCH_SDPA ---------------------------------------------------------------------------------------------
+_SDPA = "torch.nn.functional.scaled_dot_product_attention"
+TORCH_SDPA = Backend(
+    name="TORCH_SDPA",
+    kind="attention",
+    summary="KV gathered from the pages, then scaled_dot_product_attention (the gather is timed)",
+    rules=AttentionRules(
+        device_types=fs("cuda", "cpu"),
+        compute_capabilities=(CCRange((7, 0)),),
+        dtypes=fs("float16", "bfloat16", "float32"),
+        kv_cache_dtypes=KV_16BIT,
+        head_sizes=multiple_of(8, 8, 512),
+        block_sizes=multiple_of(1),
+        kv_layouts=fs("NHD", "HND"),
+        gqa_groups=multiple_of(1),
+        features=fs(F.SPEC_DECODE),
+    ),
+    packages=(PackageRequirement("torch", ">=2.5", "scaled_dot_product_attention(enable_gqa=)"),),
+    needs_cuda_torch=False,
+    tactics=(
+        Tactic("flash", BOTH, AttentionRules(device_types=CUDA, compute_capabilities=(CCRange((8, 0)),),
+                                             dtypes=FP16_BF16, head_sizes=multiple_of(8, 8, 256)),
+               summary="SDPBackend.FLASH_ATTENTION",
+               sources={"head_sizes": "torch sdp_utils.cpp check_head_dim_size_flash: <= 256, multiple of 8"}),
+        Tactic("efficient", BOTH, AttentionRules(device_types=CUDA),
+               summary="SDPBackend.EFFICIENT_ATTENTION (memory-efficient, xformers-derived)"),
+        Tactic("cudnn", BOTH, AttentionRules(device_types=CUDA, compute_capabilities=(CCRange((9, 0)),),
+                                             dtypes=FP16_BF16, head_sizes=multiple_of(8, 8, 128)),
+               summary="SDPBackend.CUDNN_ATTENTION",
+               sources={"compute_capabilities": "torch sdp_utils.cpp check_cudnn_hardware_support (sm90+ default)",
+                        "head_sizes": "torch sdp_utils.cpp check_cudnn_tensor_shapes: head dim <= 128"}),
+        Tactic("math", BOTH, AttentionRules(), summary="SDPBackend.MATH (reference-grade, runs on CPU)"),
+    ),
+    sources={
+        "device_types": f"{_SDPA}: CUDA and CPU",
+        "compute_capabilities": f"{_SDPA} efficient kernel: SM 5.0+, declared from Volta",
+        "dtypes": f"{_SDPA}",
+        "kv_cache_dtypes": "SDPA has no quantized-KV path; hwtune does not dequantize for it",
+        "head_sizes": "torch sdp_utils.cpp: efficient kernel head dim multiple of 8; math any",
+        "block_sizes": "pages are gathered before SDPA: any page size",
+        "kv_layouts": "hwtune/probes/attention/candidates/sdpa.py gathers pages in either layout",
+        "gqa_groups": f"{_SDPA}(enable_gqa=True)",
+        "features": f"{_SDPA} returns no LSE (no DCP); causal offset mask serves multi-token decode",
+        "packages": "torch 2.5 added enable_gqa",
+        "tactics": "torch.nn.attention.SDPBackend",
+    },
+)
+
+# --- TURBOQUANT (hwtune's kernel) ---------------------------------------------------------------------------
+TURBOQUANT = Backend(
+    name="TURBOQUANT",
+    kind="attention",
+    summary="hwtune's compressed KV cache: randomised Hadamard rotation + scalar codes, attention on codes",
+    rules=AttentionRules(
+        device_types=CUDA,
+        compute_capabilities=(CCRange((8, 0)),),
+        dtypes=FP16_BF16,
+        kv_cache_dtypes=fs("turboquant_4bit", "turboquant_8bit"),
+        head_sizes=ints(64, 128, 256),
+        block_sizes=multiple_of(16, 16, 128),
+        kv_layouts=fs("NHD", "HND"),
+        gqa_groups=multiple_of(1),
+        features=fs(F.DECODE_LSE, F.SPEC_DECODE),
+    ),
+    packages=(PackageRequirement("triton", ">=3.0", "JIT-compiled kernels"),),
+    tactics=(Tactic("auto", BOTH, AttentionRules(), summary="split-KV decode and chunked prefill on codes"),),
+    sources={
+        "device_types": "hwtune/kernels/turboquant.py (Triton on CUDA)",
+        "compute_capabilities": "hwtune/kernels/turboquant.py (bf16 tl.dot: SM 8.0+)",
+        "dtypes": "hwtune/kernels/turboquant.py",
+        "kv_cache_dtypes": "hwtune/kernels/turboquant.py: the only backend declaring turboquant_*",
+        "head_sizes": "Hadamard rotation needs a power-of-two head size",
+        "block_sizes": "hwtune/kernels/turboquant.py: page sizes 16 to 128",
+        "kv_layouts": "hwtune/kernels/turboquant.py: allocate_cache(layout='NHD' | 'HND'); both "
+                      "pass tests/kernels/test_gpu.py on an H100 (HND decodes faster: docs/kernels.md)",
+        "gqa_groups": "hwtune/kernels/turboquant.py",
+        "features": "hwtune/kernels/turboquant.py returns LSE; multi-token decode queries",
+        "packages": "triton",
+        "tactics": "hwtune/kernels/turboquant.py",
+    },
+)
+
+ATTENTION_BACKENDS: tuple[Backend, ...] = (
+    FLASHINFER, FLASH_ATTN, TRITON_ATTN, FLEX_ATTENTION, TURBOQUANT, TORCH_SDPA,
+)

@@ -1,0 +1,225 @@
+"""Backend declarations: allowlists, features, tactics, packages, and the sources of each fact.
+
+A declaration is data, not code, so that tests can pin every fact and ``hwtune backends`` can print it.
+Every value set is an allowlist: validation rejects anything not listed (fail closed), which is how a new
+kv-cache dtype can never land on a backend that merely fails to check for it.
+
+A tactic is a sub-implementation of a backend (FlashInfer's fa2, fa3, xqa, ...). Its rule fields narrow the
+backend's: ``None`` means "as the backend". A backend serves a spec when its own rules pass and, for each
+phase the engine runs (decode and prefill), at least one tactic passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Iterable, Literal, Mapping
+
+from hwtune.core.packages import PackageRequirement
+
+Kind = Literal["attention", "all2all"]
+DeviceType = Literal["cuda", "cpu"]
+
+
+class Feature(str, Enum):
+    """Capabilities a spec may demand; a backend that does not declare one is rejected when it is needed."""
+
+    # attention
+    DECODE_LSE = "decode_lse"  # returns the softmax log-sum-exp in decode: needed for DCP
+    PCP = "pcp"  # prefill context parallelism
+    SINKS = "sinks"  # attention sinks (gpt-oss)
+    SLIDING_WINDOW = "sliding_window"
+    SOFT_CAP = "logits_soft_cap"
+    MLA = "mla"  # multi-head latent attention (DeepSeek)
+    SPEC_DECODE = "spec_decode"  # several query tokens per request in decode
+    CUDA_GRAPHS = "cuda_graphs"
+    # all2all
+    INTRANODE = "intranode"
+    INTERNODE = "internode"
+
+
+#: What each feature means, in the words an error message uses.
+FEATURE_WORDS: Mapping[Feature, str] = {
+    Feature.DECODE_LSE: "returns the softmax log-sum-exp (LSE) during decode",
+    Feature.PCP: "supports prefill context parallelism (PCP)",
+    Feature.SINKS: "supports attention sinks",
+    Feature.SLIDING_WINDOW: "supports sliding-window attention",
+    Feature.SOFT_CAP: "supports logits soft-capping",
+    Feature.MLA: "implements multi-head latent attention (MLA)",
+    Feature.SPEC_DECODE: "accepts several query tokens per request in decode (speculative decoding)",
+    Feature.CUDA_GRAPHS: "can be captured in CUDA graphs",
+    Feature.INTRANODE: "runs within one node",
+    Feature.INTERNODE: "runs across nodes",
+}
+
+
+@dataclass(frozen=True)
+class IntRule:
+    """Allowlist of integers: explicit values, or a multiple-of rule within [minimum, maximum]."""
+
+    values: frozenset[int] = frozenset()
+    multiple_of: int | None = None
+    minimum: int | None = None
+    maximum: int | None = None
+
+    def allows(self, value: int) -> bool:
+        if self.values:
+            return value in self.values
+        if self.multiple_of is None:
+            return False  # an empty rule allows nothing: fail closed
+        if value % self.multiple_of:
+            return False
+        if self.minimum is not None and value < self.minimum:
+            return False
+        return self.maximum is None or value <= self.maximum
+
+    def describe(self) -> str:
+        if self.values:
+            return ", ".join(str(v) for v in sorted(self.values))
+        if self.multiple_of is None:
+            return "none"
+        parts = [f"multiples of {self.multiple_of}" if self.multiple_of > 1 else "any"]
+        if self.minimum is not None:
+            parts.append(f">= {self.minimum}")
+        if self.maximum is not None:
+            parts.append(f"<= {self.maximum}")
+        return " ".join(parts)
+
+    def to_json(self) -> object:
+        if self.values:
+            return sorted(self.values)
+        return {"multiple_of": self.multiple_of, "min": self.minimum, "max": self.maximum}
+
+
+def ints(*values: int) -> IntRule:
+    return IntRule(values=frozenset(values))
+
+
+def multiple_of(n: int, minimum: int | None = None, maximum: int | None = None) -> IntRule:
+    return IntRule(multiple_of=n, minimum=minimum, maximum=maximum)
+
+
+@dataclass(frozen=True)
+class CCRange:
+    """Inclusive range of CUDA compute capabilities, e.g. CCRange((9, 0), (9, 0)) for Hopper only."""
+
+    low: tuple[int, int]
+    high: tuple[int, int] = (99, 9)
+
+    def allows(self, cc: tuple[int, int]) -> bool:
+        return self.low <= cc <= self.high
+
+    def describe(self) -> str:
+        lo = f"{self.low[0]}.{self.low[1]}"
+        if self.high == (99, 9):
+            return f"SM >= {lo}"
+        hi = f"{self.high[0]}.{self.high[1]}"
+        return f"SM {lo}" if self.low == self.high else f"SM {lo} to {hi}"
+
+
+def describe_ccs(ranges: Iterable[CCRange]) -> str:
+    return " or ".join(r.describe() for r in ranges)
+
+
+def fs(*values: str) -> frozenset[str]:
+    return frozenset(values)
+
+
+@dataclass(frozen=True)
+class AttentionRules:
+    """Rule fields shared by attention backends and their tactics (None on a tactic = as the backend)."""
+
+    device_types: frozenset[str] | None = None
+    compute_capabilities: tuple[CCRange, ...] | None = None
+    dtypes: frozenset[str] | None = None
+    kv_cache_dtypes: frozenset[str] | None = None
+    head_sizes: IntRule | None = None
+    block_sizes: IntRule | None = None
+    kv_layouts: frozenset[str] | None = None
+    #: Query heads per KV head (GQA group size) the kernel handles.
+    gqa_groups: IntRule | None = None
+    #: KV-cache dtypes that need a newer GPU than the backend does (e.g. fp8 in Triton needs SM 8.9).
+    kv_cache_dtype_min_cc: Mapping[str, tuple[int, int]] | None = None
+    features: frozenset[Feature] | None = None
+
+
+@dataclass(frozen=True)
+class All2AllRules:
+    device_types: frozenset[str] | None = None
+    compute_capabilities: tuple[CCRange, ...] | None = None
+    quant_dtypes: frozenset[str] | None = None
+    ep_sizes: IntRule | None = None
+    hidden_sizes: IntRule | None = None
+    max_topk: int | None = None
+    features: frozenset[Feature] | None = None
+    #: Interconnect the backend needs between the GPUs of a node ("nvlink"), or None for any.
+    interconnect: str | None = None
+
+
+@dataclass(frozen=True)
+class Tactic:
+    """A sub-implementation a backend can run, with its own limits and the phases it serves."""
+
+    name: str
+    phases: frozenset[str]
+    rules: AttentionRules | All2AllRules
+    summary: str = ""
+    packages: tuple[PackageRequirement, ...] = ()
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Hazard:
+    """A measured failure mode that validity cannot express because it depends on what the engine sends at
+    run time (a batch's token count), not on the spec. Selection keeps the backend and says, in its notes,
+    what the engine must do to stay clear of it. ``ep_sizes``/``quant_dtypes`` narrow where it applies."""
+
+    message: str
+    source: str
+    ep_sizes: IntRule | None = None
+    quant_dtypes: frozenset[str] | None = None
+
+    def applies(self, spec: object) -> bool:
+        ep = getattr(spec, "ep_size", None)
+        if self.ep_sizes is not None and (ep is None or not self.ep_sizes.allows(ep)):
+            return False
+        quant = getattr(spec, "quant_dtype", None)
+        return self.quant_dtypes is None or quant in self.quant_dtypes
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One backend as an engine names it, with its allowlists and where each fact comes from.
+
+    ``sources`` maps each rule field (and "features", "packages", "tactics") to the document or code that
+    states it; tests require one for every declared fact.
+    """
+
+    name: str
+    kind: Kind
+    summary: str
+    rules: AttentionRules | All2AllRules
+    tactics: tuple[Tactic, ...]
+    packages: tuple[PackageRequirement, ...] = ()
+    needs_cuda_torch: bool = True
+    sources: Mapping[str, str] = field(default_factory=dict)
+    #: What hwtune itself can run of it (probes); informative, not part of validity.
+    notes: tuple[str, ...] = ()
+    #: Measured run-time failure modes; selection repeats those that apply to the spec in its notes.
+    hazards: tuple[Hazard, ...] = ()
+
+    def has(self, feature: Feature) -> bool:
+        feats = self.rules.features or frozenset()
+        return feature in feats
+
+    def tactic(self, name: str) -> Tactic | None:
+        return next((t for t in self.tactics if t.name == name), None)
+
+    def effective(self, tactic: Tactic) -> AttentionRules | All2AllRules:
+        """The tactic's rules with None fields filled from the backend's."""
+        base = self.rules
+        values = {}
+        for name in base.__dataclass_fields__:
+            own = getattr(tactic.rules, name)
+            values[name] = getattr(base, name) if own is None else own
+        return type(base)(**values)

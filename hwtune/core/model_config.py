@@ -1,0 +1,197 @@
+"""Read a Hugging Face ``config.json`` into the specs an engine would run it with.
+
+Handles what real configs do: a nested ``text_config`` (multimodal models), the different spellings of the
+KV-head count, ``head_dim`` missing or null, MLA fields (DeepSeek), MoE fields (Mixtral, Qwen, DeepSeek),
+sliding windows that are switched off, logits soft-capping and attention sinks. ``--tp N`` divides heads
+the way vLLM does (``ModelConfig.get_num_kv_heads``: KV heads are replicated when there are fewer than N).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from hwtune.core.errors import InvalidSpecError
+from hwtune.core.types import All2AllSpec, AttentionSpec
+
+_HEADS = ("num_attention_heads", "n_head", "n_heads", "num_heads")
+_KV_HEADS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "n_kv_heads", "multi_query_group_num")
+_HIDDEN = ("hidden_size", "n_embd", "d_model", "dim")
+_EXPERTS = ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts")
+_TOPK = ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "top_k")
+#: Model types whose attention has learned sinks (no config field says so).
+_SINK_MODEL_TYPES = frozenset({"gpt_oss"})
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What hwtune needs of a model, before tensor parallelism."""
+
+    model_type: str
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    hidden_size: int
+    dtype: str
+    num_layers: int | None
+    max_position_embeddings: int | None
+    use_mla: bool = False
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    sliding_window: int | None = None
+    logits_soft_cap: float | None = None
+    sinks: bool = False
+    num_experts: int | None = None
+    topk: int | None = None
+
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.num_experts)
+
+
+def _first(cfg: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
+    for key in keys:
+        if cfg.get(key) is not None:
+            return cfg[key]
+    return None
+
+
+#: transformers' class defaults for configs that omit fields because they equal the defaults
+#: (transformers/models/gemma3/configuration_gemma3.py Gemma3TextConfig.__init__).
+_MODEL_TYPE_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
+    "gemma3_text": {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "hidden_size": 2304,
+                    "sliding_window": 4096, "num_hidden_layers": 26},
+}
+
+
+def _with_defaults(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    return {**_MODEL_TYPE_DEFAULTS.get(str(cfg.get("model_type")), {}), **cfg}
+
+
+def _text_config(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    for key in ("text_config", "llm_config", "language_config"):
+        sub = cfg.get(key)
+        if isinstance(sub, Mapping) and _first(_with_defaults(sub), _HEADS) is not None:
+            merged = _with_defaults(sub)
+            for k in ("torch_dtype", "dtype"):  # multimodal configs often keep dtype at the top
+                if merged.get(k) is None and cfg.get(k) is not None:
+                    merged[k] = cfg[k]
+            return merged
+    return _with_defaults(cfg)
+
+
+def _dtype(cfg: Mapping[str, Any]) -> str:
+    raw = str(_first(cfg, ("torch_dtype", "dtype")) or "bfloat16").replace("torch.", "")
+    # vLLM serves float32 checkpoints in bf16 on GPUs that have it (ModelConfig._resolve_auto_dtype)
+    return "bfloat16" if raw in ("float32", "float") else raw
+
+
+def parse_model_config(cfg: Mapping[str, Any]) -> ModelInfo:
+    """Parse an already-loaded config dict; raises InvalidSpecError naming the missing field."""
+    text = _text_config(cfg)
+    heads = _first(text, _HEADS)
+    hidden = _first(text, _HIDDEN)
+    if heads is None or hidden is None:
+        raise InvalidSpecError(
+            "config.json has no attention head count or hidden size (looked for "
+            f"{', '.join(_HEADS)} and {', '.join(_HIDDEN)})"
+        )
+    heads, hidden = int(heads), int(hidden)
+    kv = _first(text, _KV_HEADS)
+    if kv is None:
+        kv = 1 if text.get("multi_query") else heads  # Falcon's multi_query; otherwise MHA
+    head_dim = _first(text, ("head_dim", "kv_channels"))
+    if head_dim is None:
+        if hidden % heads:
+            raise InvalidSpecError(f"hidden_size {hidden} is not divisible by {heads} heads and head_dim is unset")
+        head_dim = hidden // heads
+    model_type = str(text.get("model_type") or cfg.get("model_type") or "unknown")
+
+    sliding = text.get("sliding_window")
+    if text.get("use_sliding_window") is False:  # Qwen2 configs carry a window they do not use
+        sliding = None
+    soft_cap = text.get("attn_logit_softcapping")
+
+    mla = text.get("kv_lora_rank") is not None
+    experts = _first(text, _EXPERTS)
+    topk = _first(text, _TOPK)
+    return ModelInfo(
+        model_type=model_type,
+        num_heads=heads,
+        num_kv_heads=int(kv),
+        head_size=int(head_dim),
+        hidden_size=hidden,
+        dtype=_dtype(text),
+        num_layers=_first(text, ("num_hidden_layers", "n_layer", "num_layers")),
+        max_position_embeddings=_first(text, ("max_position_embeddings", "n_positions", "seq_length")),
+        use_mla=mla,
+        kv_lora_rank=text.get("kv_lora_rank"),
+        qk_rope_head_dim=text.get("qk_rope_head_dim"),
+        qk_nope_head_dim=text.get("qk_nope_head_dim"),
+        v_head_dim=text.get("v_head_dim"),
+        sliding_window=int(sliding) if sliding else None,
+        logits_soft_cap=float(soft_cap) if soft_cap else None,
+        sinks=model_type in _SINK_MODEL_TYPES,
+        num_experts=int(experts) if experts else None,
+        topk=int(topk) if topk and experts else None,
+    )
+
+
+def load_model_config(path: str | Path) -> ModelInfo:
+    """Read config.json (or a folder holding one)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        cfg = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise InvalidSpecError(f"no model config at {p}") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidSpecError(f"{p} is not valid JSON: {exc}") from None
+    if not isinstance(cfg, Mapping):
+        raise InvalidSpecError(f"{p} does not hold a JSON object")
+    return parse_model_config(cfg)
+
+
+def attention_spec(model: ModelInfo, tp: int = 1, **overrides: Any) -> AttentionSpec:
+    """The per-rank AttentionSpec for ``model`` at tensor parallelism ``tp`` (overrides win)."""
+    if tp <= 0:
+        raise InvalidSpecError(f"--tp must be positive, got {tp}")
+    if model.num_heads % tp:
+        raise InvalidSpecError(f"{model.num_heads} attention heads cannot be split over --tp {tp}")
+    fields: dict[str, Any] = {"dtype": model.dtype}
+    if model.use_mla:
+        rope = model.qk_rope_head_dim or 64
+        fields.update(
+            num_heads=model.num_heads // tp, num_kv_heads=1, head_size=int(model.kv_lora_rank or 0) + rope,
+            use_mla=True, kv_lora_rank=model.kv_lora_rank, qk_rope_head_dim=rope,
+            qk_nope_head_dim=model.qk_nope_head_dim, v_head_dim=model.v_head_dim,
+        )
+    else:
+        if model.num_kv_heads >= tp and model.num_kv_heads % tp:
+            raise InvalidSpecError(f"{model.num_kv_heads} KV heads cannot be split over --tp {tp}")
+        fields.update(
+            num_heads=model.num_heads // tp,
+            num_kv_heads=max(1, model.num_kv_heads // tp),
+            head_size=model.head_size,
+        )
+    fields.update(sliding_window=model.sliding_window, logits_soft_cap=model.logits_soft_cap, sinks=model.sinks)
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    return AttentionSpec(**fields)
+
+
+def all2all_spec(model: ModelInfo, ep_size: int, **overrides: Any) -> All2AllSpec:
+    """The All2AllSpec for a MoE model at expert parallelism ``ep_size``."""
+    if not model.is_moe:
+        raise InvalidSpecError(f"model type {model.model_type} has no MoE fields (num_local_experts, "
+                               "n_routed_experts, num_experts): it has no all2all to select")
+    fields: dict[str, Any] = {
+        "ep_size": ep_size, "num_experts": model.num_experts, "topk": model.topk or 1,
+        "hidden_size": model.hidden_size,
+    }
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    return All2AllSpec(**fields)

@@ -1,0 +1,285 @@
+"""Validation: can this backend serve this spec on this device? Returns reasons, never raises.
+
+Fail closed: every value must be on the backend's allowlist. A reason is a full sentence a person can act
+on; ``Rejection.code`` says which requirement failed so that errors can add the ways out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hwtune.core.catalogue import FEATURE_WORDS, All2AllRules, AttentionRules, Backend, Feature, Tactic
+from hwtune.core.catalogue.base import describe_ccs
+from hwtune.core.devices import DeviceProfile
+from hwtune.core.packages import check_requirement, installed_version, torch_cuda_version
+from hwtune.core.types import All2AllSpec, AttentionSpec, Spec
+
+ATTENTION_PHASES = ("decode", "prefill")
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """One failed requirement: ``code`` names it (e.g. "kv_cache_dtype", "feature:decode_lse")."""
+
+    code: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _listing(values: object) -> str:
+    return ", ".join(sorted(str(v) for v in values))  # type: ignore[union-attr]
+
+
+# --- demanded features, in words ----------------------------------------------------------------------------
+
+
+def demanded_features(spec: AttentionSpec) -> dict[str, set[Feature]]:
+    """Features the spec needs, per phase (decode / prefill)."""
+    both: set[Feature] = set()
+    if spec.sinks:
+        both.add(Feature.SINKS)
+    if spec.sliding_window is not None:
+        both.add(Feature.SLIDING_WINDOW)
+    if spec.logits_soft_cap is not None:
+        both.add(Feature.SOFT_CAP)
+    decode = set(both)
+    prefill = set(both)
+    if spec.dcp_size > 1:
+        decode.add(Feature.DECODE_LSE)
+    if spec.spec_tokens > 0:
+        decode.add(Feature.SPEC_DECODE)
+    if spec.pcp_size > 1:
+        prefill.add(Feature.PCP)
+    return {"decode": decode, "prefill": prefill}
+
+
+def feature_sentence(feature: Feature, spec: AttentionSpec, who: str) -> str:
+    """Why the spec needs ``feature`` and that ``who`` lacks it, in full words."""
+    if feature is Feature.DECODE_LSE:
+        return (
+            f"Decode Context Parallelism (DCP, --dcp {spec.dcp_size}) needs an attention backend that returns "
+            f"the softmax log-sum-exp (LSE) during decode; {who} does not."
+        )
+    if feature is Feature.PCP:
+        return (
+            f"Prefill Context Parallelism (PCP, --pcp {spec.pcp_size}) needs an attention backend that supports "
+            f"it; {who} does not."
+        )
+    if feature is Feature.SPEC_DECODE:
+        return (
+            f"Speculative decoding with {spec.spec_tokens} speculative tokens sends {spec.query_len_decode} query "
+            f"tokens per request in each decode step; {who} does not accept multi-token decode queries."
+        )
+    if feature is Feature.SINKS:
+        return f"This model uses attention sinks; {who} does not support them."
+    if feature is Feature.SLIDING_WINDOW:
+        return f"This model uses sliding-window attention (window {spec.sliding_window}); {who} does not support it."
+    if feature is Feature.SOFT_CAP:
+        return f"This model caps attention logits (soft-cap {spec.logits_soft_cap:g}); {who} does not support it."
+    return f"This spec needs a backend that {FEATURE_WORDS[feature]}; {who} does not."
+
+
+# --- shared checks ------------------------------------------------------------------------------------------
+
+
+def package_rejections(
+    backend: Backend, extra: tuple = (), *, assume_installed: bool, device: DeviceProfile, who: str
+) -> list[Rejection]:
+    if assume_installed:
+        return []
+    out = []
+    for req in (*backend.packages, *extra):
+        problem = check_requirement(req)
+        if problem:
+            out.append(Rejection("package", f"{who} needs {req.describe()}: {problem}."))
+    if backend.needs_cuda_torch and device.is_cuda and installed_version("torch") and torch_cuda_version() is None:
+        lib = "FlashInfer" if any(r.distribution.startswith("flashinfer") for r in backend.packages) else who
+        out.append(Rejection(
+            "package",
+            f"{lib} needs a CUDA build of torch; the installed torch {installed_version('torch')} is CPU-only "
+            "(install a CUDA build, or plan for another machine with --assume-installed).",
+        ))
+    return out
+
+
+def device_rejections(rules: AttentionRules | All2AllRules, device: DeviceProfile, who: str) -> list[Rejection]:
+    dtype = "cuda" if device.is_cuda else "cpu"
+    assert rules.device_types is not None
+    if dtype not in rules.device_types:
+        if dtype == "cpu":
+            return [Rejection("device", f"{who} runs on NVIDIA GPUs only; this device is a CPU.")]
+        return [Rejection("device", f"{who} runs on the CPU only; this device is {device.describe()}.")]
+    if device.is_cuda:
+        assert rules.compute_capabilities is not None and device.compute_capability is not None
+        if not any(r.allows(device.compute_capability) for r in rules.compute_capabilities):
+            major, minor = device.compute_capability
+            return [Rejection(
+                "compute_capability",
+                f"{who} needs compute capability {describe_ccs(rules.compute_capabilities)}; "
+                f"{device.describe()} is SM {major}.{minor}.",
+            )]
+    return []
+
+
+def _attention_rule_rejections(
+    rules: AttentionRules, spec: AttentionSpec, device: DeviceProfile, who: str, phases: tuple[str, ...]
+) -> list[Rejection]:
+    assert rules.dtypes is not None and rules.kv_cache_dtypes is not None and rules.head_sizes is not None
+    assert rules.block_sizes is not None and rules.kv_layouts is not None and rules.gqa_groups is not None
+    out = device_rejections(rules, device, who)
+    if spec.dtype not in rules.dtypes:
+        out.append(Rejection("dtype", f"{who} does not support dtype {spec.dtype} (supports {_listing(rules.dtypes)})."))
+    if spec.kv_cache_dtype not in rules.kv_cache_dtypes:
+        out.append(Rejection(
+            "kv_cache_dtype",
+            f"{who} does not support kv-cache dtype {spec.kv_cache_dtype} "
+            f"(supports {_listing(rules.kv_cache_dtypes)}).",
+        ))
+    need = (rules.kv_cache_dtype_min_cc or {}).get(spec.kv_cache_dtype)
+    if need is not None and device.is_cuda and device.compute_capability is not None \
+            and device.compute_capability < need:
+        out.append(Rejection(
+            "kv_cache_dtype",
+            f"{who} supports kv-cache dtype {spec.kv_cache_dtype} only from SM {need[0]}.{need[1]}; "
+            f"{device.describe()} is older.",
+        ))
+    if not rules.head_sizes.allows(spec.head_size):
+        out.append(Rejection(
+            "head_size", f"{who} does not support head size {spec.head_size} (supports {rules.head_sizes.describe()})."
+        ))
+    if not rules.block_sizes.allows(spec.block_size):
+        out.append(Rejection(
+            "block_size",
+            f"{who} does not support block size {spec.block_size} (supports {rules.block_sizes.describe()}).",
+        ))
+    if spec.kv_layout != "auto" and spec.kv_layout not in rules.kv_layouts:
+        out.append(Rejection(
+            "kv_layout",
+            f"{who} does not support the {spec.kv_layout} KV layout (supports {_listing(rules.kv_layouts)}).",
+        ))
+    if not rules.gqa_groups.allows(spec.gqa_group):
+        out.append(Rejection(
+            "gqa_group",
+            f"{who} does not support {spec.gqa_group} query heads per KV head "
+            f"(supports {rules.gqa_groups.describe()}).",
+        ))
+    features = rules.features or frozenset()
+    demanded = demanded_features(spec)
+    seen: set[Feature] = set()
+    for phase in phases:
+        for feature in sorted(demanded[phase] - features - seen, key=lambda f: f.value):
+            seen.add(feature)
+            out.append(Rejection(f"feature:{feature.value}", feature_sentence(feature, spec, who)))
+    return out
+
+
+def _all2all_rule_rejections(rules: All2AllRules, spec: All2AllSpec, device: DeviceProfile, who: str) -> list[Rejection]:
+    assert rules.quant_dtypes is not None and rules.ep_sizes is not None and rules.hidden_sizes is not None
+    out = device_rejections(rules, device, who)
+    if spec.quant_dtype not in rules.quant_dtypes:
+        out.append(Rejection(
+            "quant_dtype",
+            f"{who} accepts only {_listing(rules.quant_dtypes)} activations; {spec.quant_dtype} was asked "
+            "(--quant-dtype).",
+        ))
+    if not rules.ep_sizes.allows(spec.ep_size):
+        out.append(Rejection(
+            "ep_size", f"{who} does not support EP size {spec.ep_size} (supports {rules.ep_sizes.describe()})."
+        ))
+    if not rules.hidden_sizes.allows(spec.hidden_size):
+        out.append(Rejection(
+            "hidden_size",
+            f"{who} does not support hidden size {spec.hidden_size} (supports {rules.hidden_sizes.describe()}).",
+        ))
+    if rules.max_topk is not None and spec.topk > rules.max_topk:
+        out.append(Rejection("topk", f"{who} supports top-k up to {rules.max_topk}; top-k is {spec.topk}."))
+    features = rules.features or frozenset()
+    if spec.internode and Feature.INTERNODE not in features:
+        out.append(Rejection("feature:internode", f"{who} runs within one node only; this spec spans "
+                                                  f"{spec.num_nodes} nodes."))
+    if not spec.internode and Feature.INTRANODE not in features:
+        out.append(Rejection("feature:intranode", f"{who} runs across nodes only; this spec is one node."))
+    if rules.interconnect == "nvlink" and device.is_cuda and device.interconnect != "nvlink":
+        out.append(Rejection(
+            "interconnect",
+            f"{who} needs NVLink between the GPUs; {device.describe()} reports {device.interconnect} "
+            f"({device.gpu_count} GPU(s)).",
+        ))
+    return out
+
+
+# --- public API ---------------------------------------------------------------------------------------------
+
+
+def check_tactic(
+    backend: Backend, tactic: Tactic, spec: Spec, device: DeviceProfile, *, assume_installed: bool = False
+) -> list[Rejection]:
+    """Reasons this tactic cannot serve ``spec`` (for its own phases); backend-level checks not repeated."""
+    who = f"{backend.name} tactic {tactic.name}"
+    rules = backend.effective(tactic)
+    out = [] if assume_installed else [
+        Rejection("package", f"{who} needs {r.describe()}: {p}.")
+        for r in tactic.packages if (p := check_requirement(r))
+    ]
+    if isinstance(spec, AttentionSpec):
+        assert isinstance(rules, AttentionRules)
+        phases = tuple(p for p in ATTENTION_PHASES if p in tactic.phases)
+        return out + _attention_rule_rejections(rules, spec, device, who, phases)
+    assert isinstance(rules, All2AllRules)
+    return out + _all2all_rule_rejections(rules, spec, device, who)
+
+
+def phases_of(spec: Spec) -> tuple[str, ...]:
+    return ATTENTION_PHASES if isinstance(spec, AttentionSpec) else ("dispatch_combine",)
+
+
+def valid_tactics(
+    backend: Backend, spec: Spec, device: DeviceProfile, phase: str, *, assume_installed: bool = False
+) -> list[Tactic]:
+    return [
+        t for t in backend.tactics
+        if phase in t.phases and not check_tactic(backend, t, spec, device, assume_installed=assume_installed)
+    ]
+
+
+def check(
+    backend: Backend, spec: Spec, device: DeviceProfile, *, assume_installed: bool = False
+) -> list[Rejection]:
+    """Every reason ``backend`` cannot serve ``spec`` on ``device`` (empty: valid)."""
+    who = backend.name
+    if isinstance(spec, AttentionSpec) != (backend.kind == "attention"):
+        return [Rejection("kind", f"{who} is an {backend.kind} backend, not for this spec.")]
+    out = package_rejections(backend, assume_installed=assume_installed, device=device, who=who)
+    if isinstance(spec, AttentionSpec):
+        assert isinstance(backend.rules, AttentionRules)
+        is_mla = backend.has(Feature.MLA)
+        # An MLA mismatch makes every other fact moot (head size 576 and so on): report it alone.
+        if spec.use_mla and not is_mla:
+            return [Rejection("mla", f"This model uses multi-head latent attention (MLA); {who} is not an "
+                                     "MLA backend.")]
+        if is_mla and not spec.use_mla:
+            return [Rejection("mla", f"{who} implements multi-head latent attention (MLA) only; this model "
+                                     "does not use MLA.")]
+        out += _attention_rule_rejections(backend.rules, spec, device, who, ATTENTION_PHASES)
+    else:
+        assert isinstance(backend.rules, All2AllRules)
+        out += _all2all_rule_rejections(backend.rules, spec, device, who)
+    if out:
+        return out
+    for phase in phases_of(spec):
+        candidates = [t for t in backend.tactics if phase in t.phases]
+        if valid_tactics(backend, spec, device, phase, assume_installed=assume_installed):
+            continue
+        why = "; ".join(
+            f"{t.name}: {check_tactic(backend, t, spec, device, assume_installed=assume_installed)[0].message}"
+            for t in candidates
+        ) or "none declared"
+        out.append(Rejection(f"tactics:{phase}", f"No {who} tactic can run {phase} for this spec ({why})"))
+    return out
+
+
+def validate(backend: Backend, spec: Spec, device: DeviceProfile, *, assume_installed: bool = False) -> list[str]:
+    """Human-readable reasons ``backend`` is not valid for ``spec`` on ``device``; empty when valid."""
+    return [r.message for r in check(backend, spec, device, assume_installed=assume_installed)]

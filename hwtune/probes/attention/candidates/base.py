@@ -1,0 +1,107 @@
+"""What a runnable attention candidate is: a backend bound to a tactic, planned for one batch at a time.
+
+``prepare(problem)`` is the engine's per-step metadata work (FlashInfer's ``plan``, building a block mask,
+computing gather indices): it is not timed. ``run()`` is the attention call that is timed: it reads the
+problem's q and cache and writes ``out`` (and ``lse`` in natural log, where the backend returns it).
+``prepare`` may be called again with a problem of the same shapes (the second batch of the stale-metadata
+check); a runner that supports CUDA graphs must then keep every buffer the captured graph reads at the same
+address, copying new metadata in place.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+    from hwtune.probes.attention.problem import AttentionProblem
+    from hwtune.core.types import AttentionWorkload
+
+LN2 = math.log(2.0)
+
+
+class Unsupported(Exception):
+    """The candidate cannot run this batch or tactic here; the message is the real reason."""
+
+
+class Runner(ABC):
+    supports_graphs: bool = False
+    returns_lse: bool = False
+
+    def __init__(self) -> None:
+        self.out: torch.Tensor | None = None
+        self.lse: torch.Tensor | None = None
+
+    @abstractmethod
+    def prepare(self, problem: AttentionProblem) -> None:
+        """Bind to ``problem`` (plan, allocate ``out``/``lse`` on first use); not timed."""
+
+    @abstractmethod
+    def run(self) -> None:
+        """Compute attention into ``self.out`` (and ``self.lse``); this is what is timed."""
+
+    def reference_problem(self, problem: AttentionProblem) -> AttentionProblem:
+        """The problem whose float32 attention this runner must match: the same one, except for runners
+        that quantise the cache into their own format (compared on their dequantised cache, as fp8 is)."""
+        return problem
+
+    def lse_natural(self) -> torch.Tensor | None:
+        """The returned LSE in natural log (override where the backend uses another base); not timed."""
+        return self.lse
+
+    def _alloc(self, problem: AttentionProblem, lse: bool) -> None:
+        """Allocate out/lse once; later problems must have the same token count (graph safety)."""
+        import torch
+
+        spec = problem.spec
+        shape = (problem.num_tokens, spec.num_heads, spec.head_size)
+        if self.out is None or tuple(self.out.shape) != shape:
+            self.out = torch.empty(shape, dtype=problem.q.dtype, device=problem.q.device)
+            self.lse = (torch.empty(shape[:2], dtype=torch.float32, device=problem.q.device) if lse else None)
+
+
+class Candidate(ABC):
+    """A backend's runnable form. ``unavailable`` says why it cannot run at all here (None: it can)."""
+
+    backend: str
+
+    def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:
+        return None
+
+    @abstractmethod
+    def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
+        """A fresh runner for ``tactic``; raise Unsupported with the reason if the tactic cannot run."""
+
+
+#: Backend name -> "module:Class". Modules are imported only inside the worker.
+REGISTRY: dict[str, str] = {
+    "TORCH_SDPA": "hwtune.probes.attention.candidates.sdpa:SdpaCandidate",
+    "FLEX_ATTENTION": "hwtune.probes.attention.candidates.flex:FlexCandidate",
+    "FLASHINFER": "hwtune.probes.attention.candidates.flashinfer:FlashInferCandidate",
+    "FLASH_ATTN": "hwtune.probes.attention.candidates.flash_attn:FlashAttnCandidate",
+    "TRITON_ATTN": "hwtune.probes.attention.candidates.triton_attn:TritonAttnCandidate",
+    "TURBOQUANT": "hwtune.probes.attention.candidates.turboquant:TurboQuantCandidate",
+}
+
+
+def load_candidate(backend: str, override: str | None = None) -> Candidate:
+    """Import the candidate class for ``backend`` (``override`` = "module:Class", used by fault tests)."""
+    target = override or REGISTRY.get(backend)
+    if target is None:
+        raise Unsupported(f"hwtune has no runnable candidate for {backend} (it is selectable from static "
+                          "priorities and imported measurements only)")
+    module, _, cls = target.partition(":")
+    return getattr(importlib.import_module(module), cls)()
+
+
+def missing_module(name: str, package: str) -> str | None:
+    """None if ``name`` is importable, else the sentence the record carries."""
+    import importlib.util
+
+    if importlib.util.find_spec(name) is None:
+        return f"{package} is not installed"
+    return None

@@ -1,0 +1,94 @@
+"""FLASH_ATTN: FlashAttention's paged varlen entry point, when a FlashAttention package is installed.
+
+vLLM's bundled ``vllm.vllm_flash_attn`` is preferred (it takes ``seqused_k`` and any page size that is a
+multiple of 16); otherwise Dao-AILab's ``flash_attn`` (whose paged KV needs pages of a multiple of 256
+tokens). Tactics pick the FlashAttention version (``fa_version`` 2 or 3 in vllm_flash_attn).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import torch
+
+from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported
+from hwtune.probes.attention.problem import AttentionProblem
+from hwtune.core.types import AttentionWorkload
+
+_VERSIONS = {"fa2": 2, "fa3": 3, "fa4": 4}
+
+
+def _module() -> tuple[str, Any] | None:
+    if importlib.util.find_spec("vllm") is not None and importlib.util.find_spec("vllm.vllm_flash_attn") is not None:
+        import vllm.vllm_flash_attn as m
+
+        return "vllm_flash_attn", m
+    if importlib.util.find_spec("flash_attn") is not None:
+        import flash_attn as m
+
+        return "flash_attn", m
+    return None
+
+
+class FlashAttnRunner(Runner):
+    returns_lse = True
+    supports_graphs = False
+
+    def __init__(self, tactic: str) -> None:
+        super().__init__()
+        found = _module()
+        assert found is not None
+        self.flavour, self.mod = found
+        self.version = _VERSIONS[tactic]
+        if self.flavour == "flash_attn" and self.version != 2:
+            raise Unsupported(f"the flash_attn package provides FlashAttention-2 only, not tactic {tactic}")
+        self.problem: AttentionProblem | None = None
+
+    def prepare(self, p: AttentionProblem) -> None:
+        if p.layout != "NHD":
+            raise Unsupported("FlashAttention's paged cache is [blocks, page, heads, dim] (NHD)")
+        if self.flavour == "flash_attn" and p.page_size % 256:
+            raise Unsupported("flash_attn's paged KV needs a page size that is a multiple of 256 "
+                              f"(this cache has {p.page_size}); install vllm for vllm_flash_attn")
+        self._alloc(p, lse=True)
+        self.problem = p
+        self.cu_k = torch.cat([torch.zeros(1, dtype=torch.int32, device=p.q.device), p.seq_lens.cumsum(0)]).int()
+
+    def run(self) -> None:
+        p = self.problem
+        assert p is not None and self.out is not None and self.lse is not None
+        spec = p.spec
+        window = (-1, -1) if spec.sliding_window is None else (spec.sliding_window - 1, 0)
+        common: dict[str, Any] = dict(
+            max_seqlen_q=p.max_query_len, max_seqlen_k=p.max_seq_len, softmax_scale=p.softmax_scale, causal=True,
+            window_size=window, softcap=spec.logits_soft_cap or 0.0, block_table=p.block_table,
+        )
+        if self.flavour == "vllm_flash_attn":
+            o, lse = self.mod.flash_attn_varlen_func(
+                p.q, p.k_cache(), p.v_cache(), cu_seqlens_q=p.query_start_loc, seqused_k=p.seq_lens,
+                return_softmax_lse=True, fa_version=self.version, out=self.out, **common)
+        else:
+            o, lse, _ = self.mod.flash_attn_varlen_func(
+                p.q, p.k_cache(), p.v_cache(), cu_seqlens_q=p.query_start_loc, cu_seqlens_k=self.cu_k,
+                return_attn_probs=True, **common)
+            self.out.copy_(o)
+        self.lse.copy_(lse.transpose(0, 1) if lse.shape[0] == spec.num_heads else lse)
+
+
+class FlashAttnCandidate(Candidate):
+    backend = "FLASH_ATTN"
+
+    def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:
+        if device != "cuda":
+            return "FlashAttention runs on CUDA GPUs only"
+        if _module() is None:
+            return "flash_attn is not installed (neither vllm's vllm_flash_attn nor Dao-AILab's flash_attn)"
+        if workload.spec.kv_cache_dtype.startswith("fp8"):
+            return "hwtune's FLASH_ATTN candidate does not pass fp8 descale factors yet"
+        return None
+
+    def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
+        if tactic not in _VERSIONS:
+            raise Unsupported(f"FLASH_ATTN has no tactic {tactic!r}")
+        return FlashAttnRunner(tactic)

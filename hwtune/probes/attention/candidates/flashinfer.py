@@ -1,0 +1,137 @@
+"""FLASHINFER: FlashInfer's paged wrappers, one tactic per kernel family (API of flashinfer 0.6.x).
+
+- ``fa2``: BatchDecodeWithPagedKVCacheWrapper on CUDA cores (decode only, single-token queries);
+- ``fa2-tc`` / ``fa3``: the tensor-core templates: BatchDecode with ``use_tensor_cores=True`` for decode,
+  BatchPrefillWithPagedKVCacheWrapper (causal) for prefill, mixed batches and multi-token decode queries;
+- ``xqa``: ``trtllm_batch_decode_with_kv_cache(backend="xqa")`` (decode; no LSE);
+- ``cudnn``: the prefill wrapper's cuDNN backend; ``trtllm-gen`` / ``cute-dsl``: the wrappers' backends
+  of those names (Blackwell only; the catalogue rejects them elsewhere before they get here).
+FlashInfer returns base-2 LSE; ``lse_natural`` converts outside the timed call. Decode and xqa are
+CUDA-graph capturable (the decode wrapper in ``use_cuda_graph`` mode re-plans into fixed buffers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hwtune.probes.attention.candidates.base import LN2, Candidate, Runner, Unsupported
+from hwtune.probes.attention.problem import AttentionProblem
+from hwtune.core.types import AttentionWorkload
+
+WORKSPACE_BYTES = 256 << 20
+_PREFILL_BACKEND = {"fa2-tc": "fa2", "fa3": "fa3", "cudnn": "cudnn", "trtllm-gen": "trtllm-gen",
+                    "cute-dsl": "cute-dsl"}
+_DECODE_BACKEND = {"fa2": "auto", "fa2-tc": "fa2", "fa3": "fa3", "trtllm-gen": "trtllm-gen", "cute-dsl": "cute-dsl"}
+
+
+def _import() -> Any:
+    import flashinfer
+    import flashinfer.decode
+
+    return flashinfer
+
+
+class FlashInferRunner(Runner):
+    def __init__(self, workload: AttentionWorkload, tactic: str) -> None:
+        super().__init__()
+        self.fi = _import()
+        self.tactic = tactic
+        spec = workload.spec
+        single = workload.phase == "decode" and spec.query_len_decode == 1
+        if tactic == "xqa":
+            if not single:
+                raise Unsupported("xqa runs single-token decode only in hwtune's FLASHINFER candidate")
+            self.mode = "xqa"
+        elif single and tactic in _DECODE_BACKEND:
+            self.mode = "decode"
+        elif tactic in _PREFILL_BACKEND:
+            self.mode = "prefill"
+        else:
+            raise Unsupported(f"FlashInfer tactic {tactic} has no path for {workload.phase} with "
+                              f"{spec.query_len_decode} query tokens per request")
+        self.supports_graphs = self.mode in ("decode", "xqa")
+        self.returns_lse = self.mode in ("decode", "prefill")
+        self.wrapper: Any = None
+        self.problem: AttentionProblem | None = None
+
+    def lse_natural(self) -> torch.Tensor | None:
+        if self.lse is None:
+            return None
+        return self.lse if self.tactic == "cudnn" else self.lse * LN2  # cuDNN's LSE is natural-log already
+
+    def _window(self, p: AttentionProblem) -> int:
+        return -1 if p.spec.sliding_window is None else p.spec.sliding_window - 1
+
+    def prepare(self, p: AttentionProblem) -> None:
+        self._alloc(p, lse=self.returns_lse)
+        self.problem = p
+        spec = p.spec
+        dev = p.q.device
+        if not hasattr(self, "workspace"):  # zeroed once: xqa keeps its semaphores in the first 8 MiB
+            self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=dev)
+        kv_dtype = p.kv_cache.dtype
+        if self.mode == "xqa":
+            self.max_seq_len = p.max_seq_len
+            return
+        common = dict(window_left=self._window(p), logits_soft_cap=spec.logits_soft_cap, q_data_type=p.q.dtype,
+                      kv_data_type=kv_dtype, sm_scale=p.softmax_scale)
+        if self.mode == "decode":
+            if self.wrapper is None:
+                self.indptr_buf = torch.empty(p.batch + 1, dtype=torch.int32, device=dev)
+                self.indices_buf = torch.empty(p.kv_cache.shape[0], dtype=torch.int32, device=dev)
+                self.last_buf = torch.empty(p.batch, dtype=torch.int32, device=dev)
+                self.wrapper = self.fi.BatchDecodeWithPagedKVCacheWrapper(
+                    self.workspace, p.layout, use_cuda_graph=True, use_tensor_cores=self.tactic != "fa2",
+                    paged_kv_indptr_buffer=self.indptr_buf, paged_kv_indices_buffer=self.indices_buf,
+                    paged_kv_last_page_len_buffer=self.last_buf, backend=_DECODE_BACKEND[self.tactic],
+                )
+            self.wrapper.plan(p.kv_indptr, p.kv_indices, p.kv_last_page_len, spec.num_heads, spec.num_kv_heads,
+                              spec.head_size, p.page_size, **common)
+        else:
+            if self.wrapper is None:
+                self.wrapper = self.fi.BatchPrefillWithPagedKVCacheWrapper(
+                    self.workspace, p.layout, backend=_PREFILL_BACKEND[self.tactic])
+            extra: dict[str, Any] = {}
+            qo_indptr = p.query_start_loc
+            if self.tactic == "cudnn":  # cuDNN takes element offsets, lengths and a block table
+                qo_indptr = p.query_start_loc * (spec.num_heads * spec.head_size)
+                extra = dict(seq_lens=p.seq_lens, seq_lens_q=torch.tensor(p.query_lens, dtype=torch.int32, device=dev),
+                             block_tables=p.block_table, max_token_per_sequence=p.max_query_len,
+                             max_sequence_kv=p.max_seq_len)
+            self.wrapper.plan(qo_indptr, p.kv_indptr, p.kv_indices, p.kv_last_page_len, spec.num_heads,
+                              spec.num_kv_heads, spec.head_size, p.page_size, causal=True, **common, **extra)
+
+    def run(self) -> None:
+        p = self.problem
+        assert p is not None and self.out is not None
+        scales = {}
+        if p.is_fp8:
+            scales = dict(k_scale=p.k_scale, v_scale=p.v_scale)
+        if self.mode == "xqa":
+            self.fi.decode.trtllm_batch_decode_with_kv_cache(
+                p.q, p.kv_cache, self.workspace, p.block_table, p.seq_lens, self.max_seq_len,
+                bmm1_scale=p.softmax_scale * p.k_scale, bmm2_scale=p.v_scale, window_left=self._window(p),
+                out=self.out, kv_layout=p.layout, backend="xqa",
+            )
+        else:
+            self.wrapper.run(p.q, p.kv_cache, out=self.out, lse=self.lse, return_lse=True, **scales)
+
+
+class FlashInferCandidate(Candidate):
+    backend = "FLASHINFER"
+
+    def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:
+        if device != "cuda":
+            return "FlashInfer runs on CUDA GPUs only"
+        if torch.version.cuda is None:
+            return f"FlashInfer needs a CUDA build of torch (installed: torch {torch.__version__})"
+        try:
+            _import()
+        except Exception as exc:  # ImportError, or FlashInfer's own assertion at import
+            return f"flashinfer cannot be imported: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return None
+
+    def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
+        return FlashInferRunner(workload, tactic)

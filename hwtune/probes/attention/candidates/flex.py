@@ -1,0 +1,107 @@
+"""FLEX_ATTENTION: torch's flex_attention over the paged cache, with the block mask built from the page table.
+
+As vLLM's FlexAttention backend does, the cache is kept in flex's own layout (K and V as contiguous
+``[1, kv_heads, num_slots, dim]`` tensors: what an engine using flex would allocate) and the queries of
+the whole batch are packed into one sequence. The mask maps each physical cache slot back to its owning
+request and logical position through the page table, so a query sees exactly its own request's tokens up
+to its position (and within the sliding window). Building the mask is per-step metadata (``prepare``,
+not timed); the compiled ``flex_attention`` call is timed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported
+from hwtune.probes.attention.problem import AttentionProblem
+from hwtune.core.types import AttentionWorkload
+
+_COMPILED: dict[str, object] = {}
+
+
+def _flex():  # noqa: ANN202 - the compiled callable
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if "fn" not in _COMPILED:
+        _COMPILED["fn"] = torch.compile(flex_attention, dynamic=False)
+    return _COMPILED["fn"]
+
+
+class FlexRunner(Runner):
+    def __init__(self, device: str) -> None:
+        super().__init__()
+        self.problem: AttentionProblem | None = None
+        # compiled flex on CPU supports inference only, without return_lse (torch inductor's CPU lowering)
+        self.returns_lse = device == "cuda"
+
+    def prepare(self, problem: AttentionProblem) -> None:
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        self._alloc(problem, lse=self.returns_lse)
+        self.problem = problem
+        dev = problem.q.device
+        page = problem.page_size
+        spec = problem.spec
+        # flex's own cache layout, refreshed from the engine cache (not timed: it is the engine's cache)
+        k, v = problem.k_cache(), problem.v_cache()
+        if problem.layout == "HND":
+            k, v = k.transpose(1, 2), v.transpose(1, 2)  # -> [pages, page, H, D]
+        n_pages = k.shape[0]
+        self.k = k.reshape(n_pages * page, *k.shape[2:]).transpose(0, 1)[None].contiguous()
+        self.v = v.reshape(n_pages * page, *v.shape[2:]).transpose(0, 1)[None].contiguous()
+
+        owner = torch.full((n_pages,), -1, dtype=torch.int32)
+        lpage = torch.zeros(n_pages, dtype=torch.int32)
+        table = problem.block_table.cpu()
+        for r, n in enumerate(problem.seq_lens_list):
+            used = -(-n // page)
+            owner[table[r, :used].long()] = r
+            lpage[table[r, :used].long()] = torch.arange(used, dtype=torch.int32)
+        req, qpos = [], []
+        for r, (m, n) in enumerate(zip(problem.query_lens, problem.seq_lens_list)):
+            req += [r] * m
+            qpos += list(range(n - m, n))
+        owner_d, lpage_d = owner.to(dev), lpage.to(dev)
+        req_d = torch.tensor(req, dtype=torch.int32, device=dev)
+        qpos_d = torch.tensor(qpos, dtype=torch.int32, device=dev)
+        window = spec.sliding_window
+
+        def mask_mod(b, h, q_idx, kv_idx):  # noqa: ANN001, ANN202 - flex's calling convention
+            pg = kv_idx // page
+            lpos = lpage_d[pg] * page + kv_idx % page
+            visible = (owner_d[pg] == req_d[q_idx]) & (lpos <= qpos_d[q_idx])
+            if window is not None:
+                visible = visible & (lpos > qpos_d[q_idx] - window)
+            return visible
+
+        self.block_mask = create_block_mask(
+            mask_mod, B=None, H=None, Q_LEN=problem.num_tokens, KV_LEN=n_pages * page, device=str(dev),
+            _compile=dev.type == "cuda",
+        )
+
+    def run(self) -> None:
+        p = self.problem
+        assert p is not None and self.out is not None
+        q = p.q.transpose(0, 1)[None]  # [1, H, T, D]
+        result = _flex()(q, self.k, self.v, block_mask=self.block_mask, scale=p.softmax_scale,
+                         enable_gqa=p.spec.gqa_group > 1, return_lse=self.returns_lse)
+        o = result[0] if self.returns_lse else result
+        self.out.copy_(o[0].transpose(0, 1))
+        if self.lse is not None:
+            self.lse.copy_(result[1][0].transpose(0, 1))
+
+
+class FlexCandidate(Candidate):
+    backend = "FLEX_ATTENTION"
+
+    def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:
+        try:
+            import torch.nn.attention.flex_attention  # noqa: F401
+        except ImportError:
+            return f"this torch ({torch.__version__}) has no torch.nn.attention.flex_attention"
+        return None
+
+    def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
+        if tactic != "compiled":
+            raise Unsupported(f"FLEX_ATTENTION has no tactic {tactic!r}")
+        return FlexRunner(device)

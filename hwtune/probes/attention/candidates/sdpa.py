@@ -1,0 +1,117 @@
+"""TORCH_SDPA: gather the pages into padded per-request K/V, then scaled_dot_product_attention.
+
+The gather is part of the timed call (it is what an engine using SDPA over a paged cache must do each
+step), so SDPA pays for reading the KV twice; docs/probes.md says so next to its figures. Tactics pick the
+SDPA kernel (flash, efficient, cudnn, math). Kernels that take no attention mask (flash) run only batches
+that need none: uniform lengths, and either single-token decode or prefill without a cached prefix.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported
+from hwtune.probes.attention.problem import AttentionProblem, _cumsum
+from hwtune.core.types import AttentionWorkload
+
+_KERNELS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+
+
+def gather_padded(problem: AttentionProblem, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """K, V as [batch, kv_heads, length, dim] gathered through the block table (pages beyond are padding)."""
+    k_pages = problem.k_cache()[problem.block_table.long()]  # [B, P, page, H, D] or [B, P, H, page, D]
+    v_pages = problem.v_cache()[problem.block_table.long()]
+    b, p = k_pages.shape[:2]
+    if problem.layout == "NHD":
+        k = k_pages.reshape(b, p * problem.page_size, *k_pages.shape[3:])[:, :length].transpose(1, 2)
+        v = v_pages.reshape(b, p * problem.page_size, *v_pages.shape[3:])[:, :length].transpose(1, 2)
+    else:
+        h, d = k_pages.shape[2], k_pages.shape[4]
+        k = k_pages.permute(0, 2, 1, 3, 4).reshape(b, h, p * problem.page_size, d)[:, :, :length]
+        v = v_pages.permute(0, 2, 1, 3, 4).reshape(b, h, p * problem.page_size, d)[:, :, :length]
+    return k, v
+
+
+class SdpaRunner(Runner):
+    def __init__(self, tactic: str) -> None:
+        super().__init__()
+        self.tactic = tactic
+        self.kernel = _KERNELS[tactic]
+        self.problem: AttentionProblem | None = None
+
+    def prepare(self, problem: AttentionProblem) -> None:
+        self._alloc(problem, lse=False)
+        self.problem = problem
+        dev = problem.q.device
+        lens = problem.seq_lens_list
+        qlens = problem.query_lens
+        uniform = len(set(lens)) == 1 and len(set(qlens)) == 1
+        self.length = max(lens) if not uniform else lens[0]
+        self.mq = max(qlens)
+        b = problem.batch
+        self.is_causal = False
+        self.mask: torch.Tensor | None = None
+        if uniform and self.mq == 1:
+            pass  # every query sees its whole context: no mask
+        elif uniform and qlens[0] == lens[0]:
+            self.is_causal = True  # prefill from empty: SDPA's top-left causal mask is the right one
+        else:
+            if self.tactic == "flash":
+                raise Unsupported("SDPA's flash kernel takes no attention mask; this batch needs one "
+                                  "(mixed lengths or new tokens on a cached prefix)")
+            seq = torch.tensor(lens, device=dev)[:, None, None]
+            ql = torch.tensor(qlens, device=dev)[:, None, None]
+            qi = torch.arange(self.mq, device=dev)[None, :, None]
+            kj = torch.arange(self.length, device=dev)[None, None, :]
+            valid_q = qi < ql
+            self.mask = ((kj <= seq - ql + qi) & (kj < seq) & valid_q)[:, None]  # [B, 1, Mq, S]
+            # rows of padding queries see nothing; give them one key so no kernel divides by zero
+            self.mask[:, :, :, 0] |= ~valid_q[:, None, :, 0]
+        starts = torch.tensor([0] + _cumsum(qlens)[:-1], device=dev)
+        offs = torch.arange(self.mq, device=dev)[None, :]
+        self.q_valid = offs < torch.tensor(qlens, device=dev)[:, None]  # [B, Mq]
+        self.q_src = torch.where(self.q_valid, starts[:, None] + offs, torch.zeros_like(offs))
+        self.expand = problem.spec.gqa_group > 1 and self.tactic in ("efficient", "cudnn")
+        self.b = b
+
+    def run(self) -> None:
+        p = self.problem
+        assert p is not None and self.out is not None
+        k, v = gather_padded(p, self.length)
+        q = p.q if self.mq == 1 and self.q_valid.all() else p.q[self.q_src.reshape(-1)]
+        q = q.reshape(self.b, self.mq, *p.q.shape[1:]).transpose(1, 2)  # [B, H, Mq, D]
+        if self.expand:
+            g = p.spec.gqa_group
+            k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+        try:
+            with sdpa_kernel([self.kernel]):
+                o = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=self.mask, is_causal=self.is_causal, scale=p.softmax_scale,
+                    enable_gqa=not self.expand and p.spec.gqa_group > 1,
+                )
+        except RuntimeError as exc:
+            if "No available kernel" in str(exc):
+                raise Unsupported(f"SDPA {self.tactic} kernel refused this shape: {str(exc).splitlines()[0]}") from None
+            raise
+        self.out.copy_(o.transpose(1, 2)[self.q_valid])
+
+
+class SdpaCandidate(Candidate):
+    backend = "TORCH_SDPA"
+
+    def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:
+        if device == "cpu" and tactic != "math":
+            return f"SDPA's {tactic} kernel runs on CUDA only"
+        return None
+
+    def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
+        if tactic not in _KERNELS:
+            raise Unsupported(f"TORCH_SDPA has no tactic {tactic!r}")
+        return SdpaRunner(tactic)

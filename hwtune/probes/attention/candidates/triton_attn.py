@@ -1,0 +1,102 @@
+"""TRITON_ATTN: hwtune's own paged attention kernels (``hwtune.kernels.triton_attention``).
+
+Tactic ``auto`` runs the heuristic config; ``tuned`` searches the config space on this very workload when
+first planned (each config's output must match the auto config's before it may be timed, and the search
+time counts as compile time), then runs the fastest. The chosen config's name is kept in the record.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported
+from hwtune.probes.attention.problem import AttentionProblem
+from hwtune.core.types import AttentionWorkload
+
+
+def _kernels():  # noqa: ANN202 - module
+    from hwtune.kernels import configs, triton_attention
+
+    return configs, triton_attention
+
+
+class TritonAttnRunner(Runner):
+    returns_lse = True
+    supports_graphs = True
+
+    def __init__(self, tactic: str) -> None:
+        super().__init__()
+        self.tactic = tactic
+        self.configs, self.kernels = _kernels()
+        self.config = None
+        self.problem: AttentionProblem | None = None
+        self.extra: dict[str, object] = {}
+
+    def _call(self, p: AttentionProblem, config: object, out: torch.Tensor, lse: torch.Tensor | None) -> None:
+        self.kernels.paged_attention(
+            p.q, p.k_cache(), p.v_cache(), p.block_table, p.seq_lens, p.query_start_loc,
+            max_query_len=p.max_query_len, max_seq_len=p.max_seq_len, out=out, lse=lse,
+            softmax_scale=p.softmax_scale, kv_layout=p.layout, k_scale=p.k_scale, v_scale=p.v_scale, config=config,
+        )
+
+    def _shape_args(self, p: AttentionProblem) -> dict[str, object]:
+        spec = p.spec
+        return dict(phase=p.workload.phase, batch=p.batch, max_query_len=p.max_query_len, max_seq_len=p.max_seq_len,
+                    head_size=spec.head_size, gqa_group=spec.gqa_group,
+                    num_sms=torch.cuda.get_device_properties(p.q.device).multi_processor_count,
+                    num_kv_heads=spec.num_kv_heads, kv_cache_bytes=p.k_cache().element_size())
+
+    def prepare(self, p: AttentionProblem) -> None:
+        self._alloc(p, lse=True)
+        self.problem = p
+        if self.config is not None:  # fixed at the first batch: a captured graph keeps its launch
+            return
+        if self.tactic == "auto":
+            self.config = self.configs.default_config(**self._shape_args(p))
+        else:
+            self.config = self._search(p)
+        self.extra["config"] = self.config.name()
+
+    def _search(self, p: AttentionProblem) -> object:
+        import triton.testing
+
+        space = self.configs.config_space(**self._shape_args(p))
+        ref = torch.empty_like(self.out)
+        self._call(p, space[0], ref, None)
+        best, best_ms, tried = space[0], float("inf"), []
+        for cfg in space:
+            out = torch.empty_like(self.out)
+            try:
+                self._call(p, cfg, out, None)
+                torch.cuda.synchronize()
+            except Exception as exc:  # a config the compiler rejects (shared memory, registers): unusable
+                tried.append(f"{cfg.name()}: {type(exc).__name__}")
+                continue
+            if not torch.allclose(out.float(), ref.float(), rtol=2e-2, atol=2e-2):
+                tried.append(f"{cfg.name()}: output differs from the auto config")
+                continue
+            ms = triton.testing.do_bench(lambda c=cfg, o=out: self._call(p, c, o, None), warmup=5, rep=25,
+                                         return_mode="median")
+            if ms < best_ms:
+                best, best_ms = cfg, ms
+        self.extra.update(searched=len(space), rejected_configs=tried)
+        return best
+
+    def run(self) -> None:
+        p = self.problem
+        assert p is not None and self.out is not None
+        self._call(p, self.config, self.out, self.lse)
+
+
+class TritonAttnCandidate(Candidate):
+    backend = "TRITON_ATTN"
+
+    def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:
+        if device != "cuda" or not torch.cuda.is_available():
+            return "hwtune's Triton kernels run on CUDA GPUs only (no CUDA device visible to torch)"
+        return None
+
+    def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
+        if tactic not in ("auto", "tuned"):
+            raise Unsupported(f"TRITON_ATTN has no tactic {tactic!r}")
+        return TritonAttnRunner(tactic)

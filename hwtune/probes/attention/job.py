@@ -1,0 +1,156 @@
+"""One measurement, inside the worker process: correctness gate first, then timing.
+
+Order, as the design's measurement protocol says:
+1. build batch A and its float32 reference; plan the runner; first call (JIT compile time recorded apart);
+2. NaN-fill the outputs, run, compare (and the LSE where returned) -> wrong_answer stops here;
+3. DCP: split each request's KV into two page-aligned halves, run each, merge by LSE, compare with A;
+4. capture a CUDA graph where the runner supports it and check a replay;
+5. a second, different batch B written into the same buffers, re-planned, run through the same
+   plan/graph and compared (stale metadata);
+6. restore A and time it (graph replay or CUDA events; wall clock on CPU).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import torch
+
+from hwtune.probes.attention.candidates.base import Runner, Unsupported, load_candidate
+from hwtune.probes.attention.correctness import Verdict, compare, tolerances
+from hwtune.probes.attention.problem import build_problem, split_halves, varied_lengths
+from hwtune.probes.attention.reference import merge_by_lse, reference_attention
+from hwtune.probes.timing import TimingOptions, capture_graph, time_cpu, time_cuda
+from hwtune.core.types import AttentionWorkload
+
+
+class WrongAnswer(Exception):
+    def __init__(self, message: str, figures: dict[str, float]) -> None:
+        super().__init__(message)
+        self.figures = figures
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _fill_nan(runner: Runner) -> None:
+    assert runner.out is not None
+    runner.out.fill_(math.nan)
+    if runner.lse is not None:
+        runner.lse.fill_(math.nan)
+
+
+def _check(runner: Runner, ref: tuple[torch.Tensor, torch.Tensor], tol: tuple[float, float], label: str) -> Verdict:
+    assert runner.out is not None
+    lse = runner.lse_natural() if runner.returns_lse else None
+    verdict = compare(runner.out, ref[0], rel_tol=tol[0], lse=lse, ref_lse=ref[1] if lse is not None else None,
+                      lse_tol=tol[1])
+    if not verdict.ok:
+        raise WrongAnswer(verdict.message(label), {f"{label}.{k}": v for k, v in verdict.figures.items()})
+    return verdict
+
+
+def _dcp_check(workload: AttentionWorkload, candidate: Any, tactic: str, device: str, problem: Any,
+               ref: tuple[torch.Tensor, torch.Tensor], tol: tuple[float, float]) -> dict[str, float]:
+    half_a, half_b = split_halves(problem)
+    parts = []
+    for half in (half_a, half_b):
+        runner = candidate.runner(workload, tactic, device)
+        runner.prepare(half)
+        _fill_nan(runner)
+        runner.run()
+        _sync(device)
+        lse = runner.lse_natural() if runner.returns_lse else None
+        if lse is None:
+            raise WrongAnswer("DCP needs the softmax LSE, but this runner returned none", {})
+        parts.append((runner.out.clone(), lse.clone()))
+    out, lse = merge_by_lse(parts[0][0], parts[0][1], parts[1][0], parts[1][1])
+    verdict = compare(out, ref[0], rel_tol=tol[0], lse=lse, ref_lse=ref[1], lse_tol=tol[1])
+    if not verdict.ok:
+        raise WrongAnswer(verdict.message("DCP split-and-merge by LSE"),
+                          {f"dcp.{k}": v for k, v in verdict.figures.items()})
+    return {f"dcp.{k}": v for k, v in verdict.figures.items()}
+
+
+def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Measure one (workload, backend, tactic); returns the result fields of a MeasurementRecord."""
+    device = job.get("device", "cuda")
+    workload = AttentionWorkload.from_dict(job["workload"])
+    backend, tactic = job["backend"], job["tactic"]
+    opts = TimingOptions(**job.get("timing", {}))
+    seed = int(job.get("seed", 0))
+    try:
+        candidate = load_candidate(backend, job.get("candidate"))
+        reason = candidate.unavailable(workload, tactic, device)
+        if reason:
+            return {"status": "unsupported", "message": reason}
+        return _measure(job, workload, candidate, backend, tactic, device, opts, seed)
+    except Unsupported as exc:
+        return {"status": "unsupported", "message": str(exc)}
+    except WrongAnswer as exc:
+        return {"status": "wrong_answer", "message": str(exc), "error": exc.figures}
+    except torch.cuda.OutOfMemoryError as exc:
+        return {"status": "error", "message": f"out of GPU memory: {str(exc).splitlines()[0]}"}
+
+
+def _measure(job: dict[str, Any], workload: AttentionWorkload, candidate: Any, backend: str, tactic: str,
+             device: str, opts: TimingOptions, seed: int) -> dict[str, Any]:
+    spec = workload.spec
+    tol = tolerances(spec.dtype, spec.kv_cache_dtype)
+    problem = build_problem(workload, device, seed=seed)
+    runner = candidate.runner(workload, tactic, device)
+    t0 = time.perf_counter()
+    runner.prepare(problem)
+    plan_s = time.perf_counter() - t0
+    ref = reference_attention(runner.reference_problem(problem))
+    _fill_nan(runner)
+    t1 = time.perf_counter()
+    runner.run()
+    _sync(device)
+    compile_s = plan_s + time.perf_counter() - t1  # first plan + first call: JIT compilation included
+    figures = dict(_check(runner, ref, tol, "batch A").figures)
+
+    if spec.dcp_size > 1 and workload.phase == "decode" and problem.max_query_len == 1:
+        figures.update(_dcp_check(workload, candidate, tactic, device, problem, ref, tol))
+
+    graph = None
+    if device == "cuda" and opts.use_graphs and runner.supports_graphs:
+        graph = capture_graph(runner.run)
+        _fill_nan(runner)
+        graph.replay()
+        _sync(device)
+        _check(runner, ref, tol, "batch A (graph replay)")
+
+    second = build_problem(varied_lengths(workload, seed + 1), device, seed=seed + 1, like=problem)
+    try:
+        runner.prepare(second)
+    except Unsupported as exc:  # e.g. SDPA's flash kernel: no ragged batches; check with a uniform one
+        uniform = varied_lengths(workload, seed + 1, uniform=True)
+        figures["batch B uniform"] = 1.0
+        second = build_problem(uniform, device, seed=seed + 1, like=problem)
+        runner.prepare(second)
+        del exc
+    ref_b = reference_attention(runner.reference_problem(second))
+    _fill_nan(runner)
+    (graph.replay if graph is not None else runner.run)()
+    _sync(device)
+    _check(runner, ref_b, tol, "batch B through the same plan" + (" and graph" if graph else ""))
+    del ref_b, ref
+
+    problem = build_problem(workload, device, seed=seed, like=problem)  # restore batch A in place
+    runner.prepare(problem)
+    if device == "cuda":
+        l2 = int(job.get("l2_bytes") or torch.cuda.get_device_properties(0).L2_cache_size)
+        stats, method = time_cuda(runner.run, l2_bytes=l2, opts=opts, graph=graph)
+    else:
+        stats, method = time_cpu(runner.run, opts)
+    return {
+        "status": "ok", "message": "", "stats": vars(stats), "error": figures, "timing_method": method,
+        "compile_time_s": compile_s,
+        "extra": {"graph": graph is not None, "layout": problem.layout, "num_tokens": problem.num_tokens,
+                  **getattr(runner, "extra", {})},
+    }

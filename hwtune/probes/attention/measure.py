@@ -1,0 +1,134 @@
+"""The library entry the tuner calls: measure a workload's candidates, one record per (backend, tactic).
+
+Validation comes first and decides what runs: a candidate the catalogue rejects for this spec and device
+is recorded ``unsupported`` with its reasons and never started. Everything else runs in the isolated
+worker (``WorkerPool``); the parent never runs a candidate kernel itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterable, Sequence
+
+from hwtune.probes.timing import TimingOptions
+from hwtune.probes.attention.worker import WorkerPool
+from hwtune.core import catalogue
+from hwtune.core.catalogue import Backend, Feature
+from hwtune.core.devices import CPU_PROFILE, DeviceProfile
+from hwtune.core.environment import Environment, current_environment
+from hwtune.core.errors import InvalidSpecError
+from hwtune.core.records import LatencyStats, MeasurementRecord
+from hwtune.core.types import AttentionWorkload
+from hwtune.core.validation import check, check_tactic
+
+
+def tactic_phases(workload: AttentionWorkload) -> tuple[str, ...]:
+    """Catalogue phases a tactic must serve for this workload (mixed batches need both)."""
+    return ("decode", "prefill") if workload.phase == "mixed" else (workload.phase,)
+
+
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """One candidate for one workload: runnable, or unsupported with the catalogue's reasons."""
+
+    backend: str
+    tactic: str
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def runnable(self) -> bool:
+        return not self.reasons
+
+
+def plan_candidates(
+    workload: AttentionWorkload, device: DeviceProfile, backends: Iterable[str] | None = None, *,
+    assume_installed: bool = False,
+) -> list[Planned]:
+    """Every (backend, tactic) to try for ``workload`` (MLA backends only for MLA specs).
+
+    ``backends`` entries are names ("FLASHINFER") or name:tactic ("TRITON_ATTN:auto") to keep one tactic.
+    """
+    only: dict[str, set[str]] = {}
+    for entry in backends or ():
+        name, _, tactic = entry.partition(":")
+        b = catalogue.get("attention", name)
+        if tactic and b.tactic(tactic) is None:
+            raise InvalidSpecError(f"{b.name} has no tactic {tactic!r}; its tactics: "
+                                   f"{', '.join(t.name for t in b.tactics)}")
+        only.setdefault(b.name, set()).update({tactic} if tactic else {t.name for t in b.tactics})
+    chosen: list[Backend] = (
+        [catalogue.get("attention", b) for b in only] if backends is not None
+        else list(catalogue.backends("attention"))
+    )
+    phases = tactic_phases(workload)
+    out: list[Planned] = []
+    for b in chosen:
+        if b.has(Feature.MLA) != workload.spec.use_mla and backends is None:
+            continue  # not even a candidate: listed in `select` rejections instead
+        backend_reasons = [r.message for r in check(b, workload.spec, device, assume_installed=assume_installed)]
+        for t in b.tactics:
+            if not all(p in t.phases for p in phases) or (only and t.name not in only[b.name]):
+                continue
+            reasons = backend_reasons or [
+                r.message for r in check_tactic(b, t, workload.spec, device, assume_installed=assume_installed)
+            ]
+            out.append(Planned(b.name, t.name, tuple(reasons)))
+    return out
+
+
+def _record(workload: AttentionWorkload, backend: str, tactic: str, result: dict, env: Environment,
+            run_id: str | None) -> MeasurementRecord:
+    stats = LatencyStats(**result["stats"]) if result.get("stats") else None
+    return MeasurementRecord(
+        kind="attention", workload=workload.to_dict(), workload_key=workload.key(), backend=backend,
+        tactic=tactic, status=result["status"], message=result.get("message", ""), stats=stats,
+        error=result.get("error"), timing_method=result.get("timing_method"),
+        compile_time_s=result.get("compile_time_s"), environment=env.fingerprint(),
+        environment_hash=env.hash(), gpu_uuid=env.device.uuid, run_id=run_id, extra=result.get("extra") or {},
+    )
+
+
+def measure_attention(
+    workload: AttentionWorkload,
+    candidates: Sequence[Planned] | None = None,
+    *,
+    device: str = "cuda",
+    profile: DeviceProfile | None = None,
+    timing: TimingOptions = TimingOptions(),
+    timeout_s: float = 300.0,
+    run_id: str | None = None,
+    pool: WorkerPool | None = None,
+    seed: int = 0,
+    on_record: Callable[[MeasurementRecord], None] | None = None,
+    candidate_override: dict[str, str] | None = None,
+) -> list[MeasurementRecord]:
+    """Measure every planned candidate of ``workload``; one record each, written via ``on_record`` as soon
+    as it exists (so an interrupted run loses nothing already measured)."""
+    if profile is None:
+        from hwtune.core.detect import detect
+
+        profile = detect() if device == "cuda" else CPU_PROFILE
+    env = current_environment(profile)
+    planned = list(candidates) if candidates is not None else plan_candidates(workload, profile)
+    own_pool = pool is None
+    pool = pool or WorkerPool()
+    records: list[MeasurementRecord] = []
+    try:
+        for c in planned:
+            if not c.runnable:
+                result = {"status": "unsupported", "message": " ".join(c.reasons)}
+            else:
+                job = {
+                    "workload": workload.to_dict(), "backend": c.backend, "tactic": c.tactic, "device": device,
+                    "seed": seed, "timing": dataclasses.asdict(timing),
+                    "candidate": (candidate_override or {}).get(c.backend),
+                }
+                result = pool.run(job, timeout_s)
+            rec = _record(workload, c.backend, c.tactic, result, env, run_id)
+            records.append(rec)
+            if on_record is not None:
+                on_record(rec)
+    finally:
+        if own_pool:
+            pool.close()
+    return records

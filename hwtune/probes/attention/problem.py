@@ -1,0 +1,305 @@
+"""Concrete attention inputs built from a workload: a paged KV cache as engines keep it.
+
+The cache is FlashInfer's single tensor ``[num_pages, 2, page, kv_heads, dim]`` (NHD) or
+``[num_pages, 2, kv_heads, page, dim]`` (HND); K and V are the ``[:, 0]`` / ``[:, 1]`` views, so candidates
+that take separate K/V get strided views, as in vLLM. Pages are assigned in a random order (a kernel that
+assumes contiguous pages fails), and every cache slot that no request owns holds a large finite value, so a
+kernel that reads past a request's length produces a wrong answer instead of silently passing.
+
+Each request ``r`` has ``query_lens[r]`` new tokens at the end of its ``seq_lens[r]`` tokens (the new tokens'
+K/V are already in the cache, as engines write them before attention). The metadata is kept in both forms
+candidates want: vLLM's (block_table, seq_lens, query_start_loc) and FlashInfer's CSR
+(kv_indptr, kv_indices, kv_last_page_len).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from hwtune.core.types import AttentionWorkload
+
+FP8_MAX = 448.0  # float8_e4m3fn's largest finite value
+POISON = 3.0e4  # what unowned cache slots hold: finite, but ruinous if attended to
+
+_TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return _TORCH_DTYPES[name]
+
+
+@dataclass
+class AttentionProblem:
+    """Tensors and metadata for one batch of one workload (all on ``device``)."""
+
+    workload: AttentionWorkload
+    layout: str  # "NHD" | "HND"
+    q: torch.Tensor  # [num_tokens, num_heads, head_size], model dtype
+    kv_cache: torch.Tensor  # paged, model dtype or float8_e4m3fn
+    k_scale: float
+    v_scale: float
+    query_lens: list[int]
+    seq_lens_list: list[int]
+    block_table: torch.Tensor  # int32 [batch, max_pages]
+    seq_lens: torch.Tensor  # int32 [batch]
+    query_start_loc: torch.Tensor  # int32 [batch + 1]
+    kv_indptr: torch.Tensor  # int32 [batch + 1]
+    kv_indices: torch.Tensor  # int32 [total pages]
+    kv_last_page_len: torch.Tensor  # int32 [batch]
+    softmax_scale: float
+    seed: int
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def spec(self):  # noqa: ANN201 - AttentionSpec
+        return self.workload.spec
+
+    @property
+    def batch(self) -> int:
+        return len(self.seq_lens_list)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(sum(self.query_lens))
+
+    @property
+    def max_query_len(self) -> int:
+        return max(self.query_lens)
+
+    @property
+    def max_seq_len(self) -> int:
+        return max(self.seq_lens_list)
+
+    @property
+    def page_size(self) -> int:
+        return self.spec.block_size
+
+    @property
+    def is_fp8(self) -> bool:
+        return self.kv_cache.dtype == torch.float8_e4m3fn
+
+    def k_cache(self) -> torch.Tensor:
+        return self.kv_cache[:, 0]
+
+    def v_cache(self) -> torch.Tensor:
+        return self.kv_cache[:, 1]
+
+    def gather_kv(self, r: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of request ``r`` as float32 [seq_len, kv_heads, dim], fp8 caches dequantized."""
+        n = self.seq_lens_list[r]
+        pages = self.block_table[r, : math.ceil(n / self.page_size)].long()
+        sel = self.kv_cache[pages].float()  # [pages, 2, ...]
+        if self.layout == "HND":
+            sel = sel.transpose(2, 3)  # -> [pages, 2, page, heads, dim]
+        k = sel[:, 0].reshape(-1, sel.shape[-2], sel.shape[-1])[:n]
+        v = sel[:, 1].reshape(-1, sel.shape[-2], sel.shape[-1])[:n]
+        if self.is_fp8:
+            k, v = k * self.k_scale, v * self.v_scale
+        return k, v
+
+    def query_slice(self, r: int) -> slice:
+        start = int(sum(self.query_lens[:r]))
+        return slice(start, start + self.query_lens[r])
+
+
+def kv_bytes(workload: AttentionWorkload, context_lens: list[int] | None = None) -> int:
+    """Bytes of KV the workload's batch holds (what a decode step must read at least once)."""
+    spec = workload.spec
+    lens = context_lens or _lengths(workload)[1]
+    elt = 1 if spec.kv_cache_dtype.startswith("fp8") else torch_dtype(spec.dtype).itemsize
+    return 2 * sum(lens) * spec.num_kv_heads * spec.head_size * elt
+
+
+def _lengths(w: AttentionWorkload) -> tuple[list[int], list[int]]:
+    """Per-request (query_lens, seq_lens) of the workload's batch."""
+    seq = list(w.context_lens) if w.context_lens is not None else [w.context_len] * w.batch
+    if w.phase == "mixed":
+        # the first num_prefill requests are prefill chunks, the rest decode steps of 1 + spec_tokens tokens
+        qd = w.spec.query_len_decode
+        query = [min(w.query_len, s) for s in seq[: w.num_prefill]] + [min(qd, s) for s in seq[w.num_prefill:]]
+    else:
+        query = [min(w.query_len, s) for s in seq]
+    return query, seq
+
+
+def varied_lengths(w: AttentionWorkload, seed: int, uniform: bool = False) -> AttentionWorkload:
+    """The same workload with each request's context changed a little: a second, different batch.
+
+    Used to catch stale metadata: a plan or graph built for one batch must give right answers for the next.
+    ``uniform`` changes every request by the same amount, for kernels that only take uniform batches.
+    """
+    g = torch.Generator().manual_seed(seed)
+    _, seq = _lengths(w)
+    span = max(1, w.spec.block_size + 3)
+    lens = []
+    common = 1 + int(torch.randint(0, span, (1,), generator=g))
+    for s in seq:
+        delta = common if uniform else int(torch.randint(0, span, (1,), generator=g))
+        lens.append(max(w.query_len if w.phase != "decode" else w.spec.query_len_decode, s - delta))
+    return replace(w, context_lens=tuple(lens))
+
+
+def build_problem(
+    workload: AttentionWorkload, device: str | torch.device, *, seed: int = 0, layout: str | None = None,
+    like: AttentionProblem | None = None,
+) -> AttentionProblem:
+    """Random inputs for ``workload``: normal q/K/V, random page order, poisoned unowned slots.
+
+    With ``like``, the new batch is written into ``like``'s tensors in place (same cache, same q buffer,
+    same metadata shapes), as an engine reuses its buffers from step to step; a captured CUDA graph then
+    sees the new batch. ``like`` must have at least as many pages and the same batch and token counts.
+    """
+    spec = workload.spec
+    if like is not None:
+        layout = like.layout
+    layout = layout or ("NHD" if spec.kv_layout == "auto" else spec.kv_layout)
+    dtype = torch_dtype(spec.dtype)
+    device = torch.device(device)
+    g = torch.Generator().manual_seed(seed)
+    query_lens, seq_lens = _lengths(workload)
+    page = spec.block_size
+    pages_per = [math.ceil(s / page) for s in seq_lens]
+    total_pages = sum(pages_per) + 1  # one spare page never referenced
+    max_pages = max(pages_per)
+    if like is not None:
+        if like.batch != len(seq_lens) or like.num_tokens != sum(query_lens) or like.kv_cache.shape[0] < total_pages:
+            raise ValueError("build_problem(like=...) needs the same batch and tokens and no more pages")
+        total_pages, max_pages = like.kv_cache.shape[0], like.block_table.shape[1]
+    perm = torch.randperm(total_pages, generator=g).to(torch.int32)
+
+    block_table = torch.zeros(len(seq_lens), max_pages, dtype=torch.int32)
+    indices, indptr, pos = [], [0], 0
+    for r, n in enumerate(pages_per):
+        block_table[r, :n] = perm[pos: pos + n]
+        indices.append(perm[pos: pos + n])
+        pos += n
+        indptr.append(pos)
+    last_page = [s - (n - 1) * page for s, n in zip(seq_lens, pages_per)]
+
+    h, d = spec.num_kv_heads, spec.head_size
+    shape = (total_pages, 2, page, h, d) if layout == "NHD" else (total_pages, 2, h, page, d)
+    gdev = torch.Generator(device=device).manual_seed(seed)
+    kv = torch.randn(shape, generator=gdev, dtype=dtype, device=device)
+    unowned = _unowned_mask(block_table, seq_lens, total_pages, page).to(device)
+    _poison(kv, unowned, layout)
+    k_scale = v_scale = 1.0
+    if spec.kv_cache_dtype == "fp8_e4m3":
+        if like is not None:  # scales are per layer and fixed, as in engines (and baked into captured graphs)
+            k_scale, v_scale = like.k_scale, like.v_scale
+        else:
+            owned = ~unowned
+            k_scale = _owned_absmax(kv[:, 0], owned, layout) / FP8_MAX
+            v_scale = _owned_absmax(kv[:, 1], owned, layout) / FP8_MAX
+        fp8 = torch.empty(shape, dtype=torch.float8_e4m3fn, device=device)
+        fp8[:, 0] = (kv[:, 0].float() / k_scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+        fp8[:, 1] = (kv[:, 1].float() / v_scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+        kv = fp8
+    elif spec.kv_cache_dtype in ("bfloat16", "float16"):
+        kv = kv.to(torch_dtype(spec.kv_cache_dtype))
+    elif spec.kv_cache_dtype.startswith("turboquant"):
+        pass  # source values in the model dtype; the candidate quantises them into its own cache
+    elif spec.kv_cache_dtype != "auto":
+        raise ValueError(f"hwtune's problem builder has no {spec.kv_cache_dtype} cache")
+
+    q = torch.randn(sum(query_lens), spec.num_heads, d, generator=gdev, dtype=dtype, device=device)
+    qsl = torch.tensor([0] + list(_cumsum(query_lens)), dtype=torch.int32)
+    block_table = block_table.to(device)
+    seq_t = torch.tensor(seq_lens, dtype=torch.int32, device=device)
+    last_t = torch.tensor(last_page, dtype=torch.int32, device=device)
+    qsl = qsl.to(device)
+    if like is not None:  # same addresses as the previous batch
+        like.kv_cache.copy_(kv)
+        like.q.copy_(q)
+        like.block_table.copy_(block_table)
+        like.seq_lens.copy_(seq_t)
+        like.kv_last_page_len.copy_(last_t)
+        like.query_start_loc.copy_(qsl)
+        kv, q, block_table, seq_t, last_t, qsl = (like.kv_cache, like.q, like.block_table, like.seq_lens,
+                                                  like.kv_last_page_len, like.query_start_loc)
+    return AttentionProblem(
+        workload=workload, layout=layout, q=q, kv_cache=kv, k_scale=k_scale,
+        v_scale=v_scale, query_lens=query_lens, seq_lens_list=seq_lens, block_table=block_table,
+        seq_lens=seq_t, query_start_loc=qsl,
+        kv_indptr=torch.tensor(indptr, dtype=torch.int32, device=device),
+        kv_indices=torch.cat(indices).to(device), kv_last_page_len=last_t,
+        softmax_scale=1.0 / math.sqrt(d), seed=seed,
+    )
+
+
+def _cumsum(xs: list[int]) -> list[int]:
+    out, acc = [], 0
+    for x in xs:
+        acc += x
+        out.append(acc)
+    return out
+
+
+def _unowned_mask(block_table: torch.Tensor, seq_lens: list[int], total_pages: int, page: int) -> torch.Tensor:
+    """[pages, page] bool: True where no request owns the slot."""
+    owned = torch.zeros(total_pages, page, dtype=torch.bool)
+    for r, n in enumerate(seq_lens):
+        pages = block_table[r, : math.ceil(n / page)].long()
+        flat = torch.zeros(len(pages) * page, dtype=torch.bool)
+        flat[:n] = True
+        owned[pages] = flat.view(len(pages), page)
+    return ~owned
+
+
+def _slot_mask(mask: torch.Tensor, layout: str, ndim: int) -> torch.Tensor:
+    """Broadcast a [pages, page] mask over a K or V tensor (ndim 4) or the whole cache (ndim 5)."""
+    if ndim == 5:
+        return mask[:, None, :, None, None] if layout == "NHD" else mask[:, None, None, :, None]
+    return mask[:, :, None, None] if layout == "NHD" else mask[:, None, :, None]
+
+
+def _poison(kv: torch.Tensor, unowned: torch.Tensor, layout: str) -> None:
+    kv.masked_fill_(_slot_mask(unowned, layout, 5), POISON)
+
+
+def _owned_absmax(x: torch.Tensor, owned: torch.Tensor, layout: str) -> float:
+    return float(x.abs().masked_fill(~_slot_mask(owned, layout, 4), 0).max().float())
+
+
+def split_halves(problem: AttentionProblem) -> tuple[AttentionProblem, AttentionProblem]:
+    """Decode Context Parallelism check: each request's KV split page-aligned into two halves.
+
+    Returns two problems over the same cache and queries whose attention, merged by LSE, must equal
+    attention over the whole KV (single-token decode queries attend to every cached token).
+    """
+    if problem.max_query_len != 1:
+        raise ValueError("the DCP split check needs single-token decode queries")
+    page = problem.page_size
+    halves: list[tuple[list[int], list[torch.Tensor]]] = [([], []), ([], [])]
+    for r, n in enumerate(problem.seq_lens_list):
+        pages = math.ceil(n / page)
+        cut_pages = max(1, pages // 2) if pages > 1 else 0
+        cut = min(n, cut_pages * page)
+        row = problem.block_table[r]
+        if cut == 0 or cut == n:  # one page: the first half gets nothing to attend to, so split tokens 0/n
+            raise ValueError("the DCP split check needs at least two pages per request")
+        halves[0][0].append(cut)
+        halves[0][1].append(row[:cut_pages])
+        halves[1][0].append(n - cut)
+        halves[1][1].append(row[cut_pages:pages])
+    return _with_pages(problem, *halves[0]), _with_pages(problem, *halves[1])
+
+
+def _with_pages(p: AttentionProblem, lens: list[int], rows: list[torch.Tensor]) -> AttentionProblem:
+    dev = p.q.device
+    width = max(len(r) for r in rows)
+    table = torch.zeros(len(rows), width, dtype=torch.int32, device=dev)
+    for i, r in enumerate(rows):
+        table[i, : len(r)] = r
+    page = p.page_size
+    indptr = torch.tensor([0] + _cumsum([len(r) for r in rows]), dtype=torch.int32, device=dev)
+    last = [n - (len(r) - 1) * page for n, r in zip(lens, rows)]
+    workload = replace(p.workload, context_lens=tuple(lens), context_len=max(lens))
+    return replace(
+        p, workload=workload, seq_lens_list=list(lens), block_table=table,
+        seq_lens=torch.tensor(lens, dtype=torch.int32, device=dev), kv_indptr=indptr,
+        kv_indices=torch.cat(rows).to(torch.int32), kv_last_page_len=torch.tensor(last, dtype=torch.int32, device=dev),
+        extras={},
+    )

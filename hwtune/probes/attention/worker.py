@@ -1,0 +1,187 @@
+"""The isolated worker: candidates run in a child process, never in the tuner's own.
+
+A CUDA illegal memory access poisons its process for good, and a hung kernel never returns; so each job
+goes to a worker process in its own session (process group) with a time limit. The parent sends one JSON
+line per job on the worker's stdin and reads one JSON line per result from a dedicated pipe (libraries may
+print to stdout, so stdout and stderr go to a log file whose tail is kept as evidence). Outcomes:
+- no result within the limit: ``timeout`` (the whole process group is killed);
+- the worker dies, exits, or closes the pipe without a result: ``crashed``, with the signal or exit code
+  and the last stderr lines;
+- anything but ok / wrong_answer / unsupported: the worker is discarded, the next job gets a fresh one.
+Results are JSON; nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Statuses after which the worker process is still trustworthy.
+HEALTHY = frozenset({"ok", "wrong_answer", "unsupported"})
+#: Variables every worker gets: NVLink multicast stays off (it can take a shared host's GPUs down).
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def _tail(path: str, start: int, lines: int = 15) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            text = fh.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "closed its result pipe while still running"
+    if code < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code} without a result"
+
+
+@dataclass
+class WorkerPool:
+    """Runs jobs one at a time in a worker process, replacing the worker after any unhealthy outcome."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    _proc: subprocess.Popen[bytes] | None = None
+    _result_fd: int | None = None
+    _log: str | None = None
+    _buffer: bytes = b""
+    started: int = 0
+
+    def _start(self) -> None:
+        read_fd, write_fd = os.pipe()
+        fd, self._log = tempfile.mkstemp(prefix="hwtune-worker-", suffix=".log")
+        env = {**os.environ, **SAFE_ENV, **self.env, "PYTHONUNBUFFERED": "1"}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "hwtune.probes.attention.worker", "--result-fd", str(write_fd)],
+            stdin=subprocess.PIPE, stdout=fd, stderr=fd, pass_fds=(write_fd,), env=env, start_new_session=True,
+        )
+        os.close(fd)
+        os.close(write_fd)
+        self._result_fd = read_fd
+        self._buffer = b""
+        self.started += 1
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self._proc.wait()
+            if self._proc.stdin:
+                self._proc.stdin.close()
+        if self._result_fd is not None:
+            os.close(self._result_fd)
+        if self._log:
+            try:
+                os.unlink(self._log)
+            except OSError:
+                pass
+        self._proc, self._result_fd, self._log = None, None, None
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.poll() is None and self._proc.stdin:
+            try:
+                self._proc.stdin.close()  # EOF: the worker exits on its own
+                self._proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self._kill()
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        if self._proc is None or self._proc.poll() is not None:
+            self._kill()
+            self._start()
+        assert self._proc is not None and self._proc.stdin is not None and self._log is not None
+        log_start = os.path.getsize(self._log)
+        try:
+            self._proc.stdin.write((json.dumps(job) + "\n").encode())
+            self._proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # died between jobs; the read below reports it
+        result = self._read(timeout_s, log_start)
+        if result.get("status") not in HEALTHY:
+            self._kill()
+        return result
+
+    def _read(self, timeout_s: float, log_start: int) -> dict[str, Any]:
+        assert self._proc is not None and self._result_fd is not None and self._log is not None
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                tail = _tail(self._log, log_start)
+                self._kill()
+                return {"status": "timeout", "message": f"no result within {timeout_s:g} s; the worker's process "
+                        "group was killed" + (f". Last output:\n{tail}" if tail else "")}
+            ready, _, _ = select.select([self._result_fd], [], [], min(left, 1.0))
+            if not ready:
+                continue
+            chunk = os.read(self._result_fd, 1 << 16)
+            if not chunk:  # EOF: the worker is gone
+                try:
+                    code = self._proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    code = None
+                tail = _tail(self._log, log_start)
+                return {"status": "crashed", "message": f"the worker {_describe_exit(code)}"
+                        + (f". Last output:\n{tail}" if tail else "")}
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return json.loads(line)
+
+
+# --- the worker process ---------------------------------------------------------------------------------
+
+
+def _serve(result_fd: int) -> None:
+    from hwtune.probes.attention.job import run_job
+
+    out = os.fdopen(result_fd, "w")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        job = json.loads(line)
+        try:
+            result = run_job(job)
+        except Exception as exc:  # a candidate's own exception: an error record, with the evidence
+            tb = traceback.format_exc(limit=6)
+            print(tb, file=sys.stderr, flush=True)
+            result = {"status": "error", "message": f"{type(exc).__name__}: {str(exc).strip()[:2000]}"}
+        out.write(json.dumps(result, default=float) + "\n")
+        out.flush()
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="hwtune measurement worker (started by WorkerPool)")
+    parser.add_argument("--result-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    _serve(args.result_fd)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+"""select_attention / select_all2all: the engine-init entry points.
+
+Cheap and safe at engine start: no torch import, no CUDA initialisation (devices come from NVML or a
+simulated profile), and a process-wide cache so that asking again for the same spec costs microseconds.
+Validation runs first; an explicit request is honoured only when valid and is a loud error otherwise;
+ranking is by the static priorities of the device's architecture family (measured ranking plugs in via
+``ranker``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+from hwtune.core import catalogue
+from hwtune.core.catalogue import Backend
+from hwtune.core.devices import DeviceProfile, simulated
+from hwtune.core.errors import BackendNotValidError, NoValidBackendError
+from hwtune.selector.measured import dispatch_table
+from hwtune.selector.measured import rank as measured_rank
+from hwtune.selector.messages import ENV_VARS, no_valid_message, not_valid_message
+from hwtune.selector.mix import MixPoint, all2all_mix, load_mix, workload_mix
+from hwtune.core.catalogue.priorities import backend_order, describe_family, tactic_order
+from hwtune.selector.selection import RankedBackend, Selection
+from hwtune.core.types import All2AllSpec, AttentionSpec, Spec
+from hwtune.core.validation import Rejection, check, phases_of, valid_tactics
+
+DeviceArg = str | DeviceProfile
+
+
+def resolve_device(device: DeviceArg) -> DeviceProfile:
+    """``"auto"`` reads this machine through NVML (no CUDA init); a name gives a simulated profile."""
+    if isinstance(device, DeviceProfile):
+        return device
+    if device.strip().lower() == "auto":
+        from hwtune.core.detect import detect  # NVML only; never imports torch
+
+        return detect()
+    return simulated(device)
+
+
+def static_tactics(backend: Backend, spec: Spec, device: DeviceProfile, *, assume_installed: bool) -> dict[str, str]:
+    """The preferred valid tactic per phase, by the family's tactic order, else declaration order."""
+    out: dict[str, str] = {}
+    for phase in phases_of(spec):
+        valid = [t.name for t in valid_tactics(backend, spec, device, phase, assume_installed=assume_installed)]
+        preferred = [n for n in tactic_order(backend.name, device.family, phase) if n in valid]
+        out[phase] = (preferred or valid)[0]
+    return out
+
+
+def _requested(kind: str, backend: str | None) -> tuple[str | None, str]:
+    if backend and backend.strip().lower() != "auto":
+        return backend, "backend argument / --backend"
+    env = os.environ.get(ENV_VARS[kind], "").strip()
+    if env and env.lower() != "auto":
+        return env, f"{ENV_VARS[kind]}={env}"
+    return None, ""
+
+
+def _evidence(kind: str, spec: Spec, device: DeviceProfile, db: str | bool | None) -> tuple[Any, list[str]]:
+    """This environment's measurements of ``spec`` from the store (None when no store answers)."""
+    if db is False:
+        return None, ["no measurement store consulted (db=False)"]
+    from hwtune.db.sqlite_direct import read_for_selection  # stdlib sqlite3 for local stores; no SQLAlchemy
+    from hwtune.core.environment import current_environment
+    from hwtune.selector.measured import gather
+
+    rows, fingerprints, notes = read_for_selection(db if isinstance(db, str) else None, spec.key(), kind)
+    if rows is None:
+        return None, notes
+    env = current_environment(device)
+    ev = gather(rows, fingerprints, env.hash(), env.fingerprint())
+    if not ev.points and not ev.disqualified:
+        notes.append(f"no measurements of this spec in this environment ({len(rows)} stored for it elsewhere)"
+                     if rows else "no measurements of this spec stored")
+    return ev, notes
+
+
+def _mix(kind: str, spec: Spec, max_num_seqs: int, max_model_len: int, profile: str) -> list[MixPoint]:
+    if profile.endswith((".json", ".toml")) or "/" in profile:
+        return load_mix(profile)
+    if kind == "all2all":
+        return all2all_mix(max_num_seqs, profile)
+    assert isinstance(spec, AttentionSpec)
+    return workload_mix(max_num_seqs, max_model_len, profile, spec.query_len_decode)
+
+
+def _select(
+    kind: str, spec: Spec, device: DeviceProfile, requested: str | None, how: str, assume_installed: bool,
+    db: str | bool | None = False, max_num_seqs: int = 256, max_model_len: int = 32768, profile: str = "balanced",
+) -> Selection:
+    mla = isinstance(spec, AttentionSpec) and spec.use_mla
+    declared = catalogue.backends(kind)
+    requested_backend = catalogue.get(kind, requested) if requested else None  # unknown name: exit 2
+    mix = _mix(kind, spec, max_num_seqs, max_model_len, profile)  # bad profile: exit 2 before any I/O
+
+    rejections: dict[str, list[Rejection]] = {}
+    valid: list[Backend] = []
+    for b in declared:
+        reasons = check(b, spec, device, assume_installed=assume_installed)
+        if reasons:
+            rejections[b.name] = reasons
+        else:
+            valid.append(b)
+
+    evidence, notes = _evidence(kind, spec, device, db)
+    if evidence is not None:  # measured facts: a crash or a wrong answer here rejects the backend
+        for name, facts in evidence.disqualified.items():
+            if any(b.name == name for b in valid):
+                rejections[name] = [Rejection("measured", f) for f in facts[:3]]
+                valid = [b for b in valid if b.name != name]
+
+    order = list(backend_order(kind, mla, device.family))
+    position = {name: i for i, name in enumerate(order)}
+    valid.sort(key=lambda b: (position.get(b.name, len(order)), declared.index(b)))
+    static = [
+        RankedBackend(
+            backend=b.name, source="static",
+            tactics=static_tactics(b, spec, device, assume_installed=assume_installed),
+            detail=f"static priority for {describe_family(device.family)}",
+        )
+        for b in valid
+    ]
+    ranked, per_phase, dispatch = static, {}, ()
+    if evidence is not None:
+        notes = notes + evidence.notes
+        ranked, per_phase = measured_rank(static, evidence, mix)
+    if not any(r.source != "static" for r in ranked):
+        notes.append(f"static priorities for {describe_family(device.family)}")
+    for b in valid:  # measured run-time failure modes the spec cannot rule out: say how to avoid them
+        notes += [f"{b.name}: {h.message} ({h.source})" for h in b.hazards if h.applies(spec)]
+
+    if requested_backend is not None:
+        if requested_backend.name in rejections:
+            raise BackendNotValidError(
+                not_valid_message(kind, requested_backend, rejections[requested_backend.name],
+                                  [r.backend for r in ranked], spec, device, how),
+                backend=requested_backend.name,
+                reasons=[r.message for r in rejections[requested_backend.name]],
+                valid=[r.backend for r in ranked],
+            )
+        chosen = next(r for r in ranked if r.backend == requested_backend.name)
+    elif not ranked:
+        raise NoValidBackendError(
+            no_valid_message(kind, rejections, spec, device),
+            {name: [r.message for r in rs] for name, rs in rejections.items()},
+        )
+    else:
+        chosen = ranked[0]
+    if evidence is not None and chosen.source != "static":
+        dispatch = dispatch_table(evidence, chosen.backend, max_num_seqs, max(max_model_len, 16))
+
+    return Selection(
+        kind=kind,
+        spec=spec.to_dict(),
+        device=device,
+        backend=chosen.backend,
+        tactics=dict(chosen.tactics),
+        ranked=tuple(ranked),
+        rejected={name: tuple(r.message for r in rs) for name, rs in rejections.items()},
+        requested=requested_backend.name if requested_backend else None,
+        notes=tuple(notes),
+        per_phase=per_phase,
+        dispatch=dispatch,
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached(kind: str, spec: Spec, device: DeviceProfile, requested: str | None, how: str,
+            assume_installed: bool, db: str | bool | None, max_num_seqs: int, max_model_len: int,
+            profile: str) -> Selection:
+    return _select(kind, spec, device, requested, how, assume_installed, db, max_num_seqs, max_model_len, profile)
+
+
+def select_attention(
+    spec: AttentionSpec, device: DeviceArg = "auto", backend: str | None = None, *,
+    assume_installed: bool = False, db: str | bool | None = None, max_num_seqs: int = 256,
+    max_model_len: int = 32768, profile: str = "balanced",
+) -> Selection:
+    """Rank the valid attention backends for ``spec`` on ``device``.
+
+    Ranking uses this environment's measurements from the store (``db``: a URL; None: HWTUNE_DATABASE_URL or
+    the local store; False: none) over the engine's workload mix (``max_num_seqs``, ``max_model_len`` and a
+    ``profile``: decode-heavy, balanced, prefill-heavy, or a weights file), and falls back to static
+    priorities. ``backend`` (or HWTUNE_ATTENTION_BACKEND) is honoured when valid; when not,
+    ``BackendNotValidError`` says why. Warm calls with the same arguments are served from a cache.
+    """
+    if not isinstance(spec, AttentionSpec):
+        raise TypeError("select_attention needs an AttentionSpec")
+    requested, how = _requested("attention", backend)
+    return _cached("attention", spec, resolve_device(device), requested, how, assume_installed, db,
+                   max_num_seqs, max_model_len, profile)
+
+
+def select_all2all(
+    spec: All2AllSpec, device: DeviceArg = "auto", backend: str | None = None, *,
+    assume_installed: bool = False, db: str | bool | None = None, max_num_seqs: int = 256,
+    profile: str = "balanced",
+) -> Selection:
+    """Rank the valid MoE all2all backends for ``spec`` on ``device`` (see select_attention)."""
+    if not isinstance(spec, All2AllSpec):
+        raise TypeError("select_all2all needs an All2AllSpec")
+    requested, how = _requested("all2all", backend)
+    return _cached("all2all", spec, resolve_device(device), requested, how, assume_installed, db,
+                   max_num_seqs, 0, profile)

@@ -1,0 +1,90 @@
+"""Real config.json files of public model families (tests/data/models, sources in SOURCES.md)."""
+
+from pathlib import Path
+
+import pytest
+
+from hwtune.core.errors import InvalidSpecError
+from hwtune.core.model_config import all2all_spec, attention_spec, load_model_config, parse_model_config
+from hwtune.selector.api import select_attention
+
+MODELS = Path(__file__).parent.parent / "data" / "models"
+
+
+@pytest.mark.parametrize(
+    "name, heads, kv, head, hidden",
+    [
+        ("llama-3.1-8b", 32, 8, 128, 4096),  # dense GQA
+        ("llama-3.3-70b-instruct", 64, 8, 128, 8192),
+        ("llama-2-7b-hf", 32, 32, 128, 4096),  # MHA
+        ("allam-7b-instruct-preview", 32, 32, 128, 4096),
+        ("gemma-2-9b-it", 16, 8, 256, 3584),  # head size 256 (not hidden/heads = 224)
+        ("gemma-3-4b-it", 8, 4, 256, 2560),  # nested text_config, transformers defaults
+        ("mixtral-8x7b-v0.1", 32, 8, 128, 4096),  # MoE
+        ("qwen3-30b-a3b", 32, 4, 128, 2048),  # MoE, head_dim 128 != hidden/heads
+        ("gpt-oss-120b", 64, 8, 64, 2880),  # sinks
+        ("qwen2.5-7b-instruct", 28, 4, 128, 3584),
+        ("qwen2.5-vl-7b-instruct", 28, 4, 128, 3584),
+        ("chatglm2-6b", 32, 2, 128, 4096),  # multi_query_group_num, kv_channels
+    ],
+)
+def test_heads_parsed(name: str, heads: int, kv: int, head: int, hidden: int) -> None:
+    m = load_model_config(MODELS / f"{name}.json")
+    assert (m.num_heads, m.num_kv_heads, m.head_size, m.hidden_size) == (heads, kv, head, hidden)
+
+
+def test_model_specific_fields() -> None:
+    gemma2 = load_model_config(MODELS / "gemma-2-9b-it.json")
+    assert gemma2.logits_soft_cap == 50.0 and gemma2.sliding_window == 4096
+    assert load_model_config(MODELS / "qwen2.5-7b-instruct.json").sliding_window is None  # use_sliding_window false
+    oss = load_model_config(MODELS / "gpt-oss-120b.json")
+    assert oss.sinks and oss.num_experts == 128 and oss.topk == 4
+    mix = load_model_config(MODELS / "mixtral-8x7b-v0.1.json")
+    assert (mix.num_experts, mix.topk) == (8, 2)
+    qwen3 = load_model_config(MODELS / "qwen3-30b-a3b.json")
+    assert (qwen3.num_experts, qwen3.topk) == (128, 8)
+    assert load_model_config(MODELS / "llama-3.1-8b.json").num_experts is None
+
+
+def test_deepseek_v3_is_mla_and_moe() -> None:
+    m = load_model_config(MODELS / "deepseek-v3.json")
+    assert m.use_mla and (m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim) == (512, 64, 128, 128)
+    assert (m.num_experts, m.topk, m.hidden_size) == (256, 8, 7168)
+    spec = attention_spec(m, tp=8)
+    assert (spec.num_heads, spec.num_kv_heads, spec.head_size, spec.use_mla) == (16, 1, 576, True)
+    a2a = all2all_spec(m, ep_size=8, quant_dtype="fp8")
+    assert (a2a.num_experts, a2a.topk, a2a.hidden_size, a2a.quant_dtype) == (256, 8, 7168, "fp8")
+
+
+@pytest.mark.parametrize("tp, heads, kv", [(1, 64, 8), (2, 32, 4), (8, 8, 1), (16, 4, 1)])
+def test_tp_divides_heads_and_replicates_kv(tp: int, heads: int, kv: int) -> None:
+    spec = attention_spec(load_model_config(MODELS / "llama-3.3-70b-instruct.json"), tp=tp)
+    assert (spec.num_heads, spec.num_kv_heads) == (heads, kv)
+
+
+def test_tp_that_does_not_divide_heads() -> None:
+    with pytest.raises(InvalidSpecError, match="28 attention heads cannot be split over --tp 8"):
+        attention_spec(load_model_config(MODELS / "qwen2.5-7b-instruct.json"), tp=8)
+
+
+def test_no_moe_no_all2all() -> None:
+    with pytest.raises(InvalidSpecError, match="has no MoE fields"):
+        all2all_spec(load_model_config(MODELS / "llama-3.1-8b.json"), ep_size=8)
+
+
+def test_bad_configs(tmp_path: Path) -> None:
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    with pytest.raises(InvalidSpecError, match="not valid JSON"):
+        load_model_config(tmp_path)
+    with pytest.raises(InvalidSpecError, match="no attention head count"):
+        parse_model_config({"model_type": "mystery"})
+
+
+def test_models_select_end_to_end() -> None:
+    gemma = attention_spec(load_model_config(MODELS / "gemma-2-9b-it.json"))
+    sel = select_attention(gemma, device="sm90", assume_installed=True)
+    assert sel.backend == "FLASH_ATTN"  # soft-cap + sliding window + head 256
+    assert "TRITON_ATTN" in sel.rejected  # declares neither soft-cap nor sliding window
+    oss = attention_spec(load_model_config(MODELS / "gpt-oss-120b.json"))
+    assert select_attention(oss, device="sm100", assume_installed=True).tactic == "trtllm-gen"
