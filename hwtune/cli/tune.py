@@ -101,7 +101,7 @@ def tune(
         from hwtune.core import catalogue
 
         for b in backend_list:
-            catalogue.get("all2all" if b.islower() else "attention", b.partition(":")[0])  # unknown: exit 2
+            catalogue.get_any(b.partition(":")[0])  # unknown: exit 2, listing the known names
     if dry_run:
         est = estimate_seconds(plan, profile, backend_list)
         if json_out:

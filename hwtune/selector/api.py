@@ -45,7 +45,7 @@ def static_tactics(backend: Backend, spec: Spec, device: DeviceProfile, *, assum
     out: dict[str, str] = {}
     for phase in phases_of(spec):
         valid = [t.name for t in valid_tactics(backend, spec, device, phase, assume_installed=assume_installed)]
-        preferred = [n for n in tactic_order(backend.name, device.family, phase) if n in valid]
+        preferred = [n for n in tactic_order(backend, device.family, phase) if n in valid]
         out[phase] = (preferred or valid)[0]
     return out
 

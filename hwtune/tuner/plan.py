@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from hwtune.core import catalogue
 from hwtune.core.devices import DeviceProfile
 from hwtune.core.errors import InvalidSpecError
 from hwtune.core.model_config import ModelInfo, all2all_spec, attention_spec, load_model_config
@@ -59,7 +60,7 @@ class PlanItem:
 
 #: --quick measures the backends engines choose between (vLLM's priority lists) with their cheap tactics:
 #: TORCH_SDPA and FLEX_ATTENTION (compiled per shape) are left to full plans.
-QUICK_BACKENDS = ("FLASHINFER", "FLASH_ATTN", "TRITON_ATTN:auto", "TURBOQUANT")
+QUICK_BACKENDS = catalogue.quick_backends("attention")
 
 
 @dataclass

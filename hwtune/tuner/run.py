@@ -23,6 +23,7 @@ from typing import Any, Callable
 from hwtune.probes.attention.measure import measure_attention, plan_candidates
 from hwtune.probes.timing import TimingOptions
 from hwtune.probes.attention.worker import WorkerPool
+from hwtune.core import catalogue
 from hwtune.core.devices import CPU_PROFILE, DeviceProfile
 from hwtune.core.environment import Environment, current_environment
 from hwtune.core.errors import InvalidSpecError
@@ -244,9 +245,7 @@ def _describe(item: PlanItem) -> str:
 
 def estimate_seconds(plan: Plan, profile: DeviceProfile, backends: tuple[str, ...] | None = None) -> float:
     """Rough wall time of a plan: per candidate, worker overhead and checks plus the timing cap, plus
-    first-use JIT per (backend, tactic) (FlashInfer's figures measured on an H100, see docs/tuning.md)."""
-    jit = {"FLASHINFER/fa2": 12, "FLASHINFER/fa2-tc": 28, "FLASHINFER/fa3": 90, "FLASHINFER/xqa": 8,
-           "FLEX_ATTENTION/compiled": 25, "TRITON_ATTN/auto": 10, "TRITON_ATTN/tuned": 60, "TURBOQUANT/auto": 10}
+    first-use JIT per (backend, tactic) from the catalogue (``Tactic.compile_s``, measured on an H100)."""
     seconds, seen = 0.0, set()
     for item in plan.items:
         if isinstance(item.workload, AttentionWorkload):
@@ -256,7 +255,8 @@ def estimate_seconds(plan: Plan, profile: DeviceProfile, backends: tuple[str, ..
                 name = f"{c.backend}/{c.tactic}"
                 if name not in seen:
                     seen.add(name)
-                    seconds += jit.get(name, 5)
+                    tactic = catalogue.get("attention", c.backend).tactic(c.tactic)
+                    seconds += (tactic.compile_s if tactic and tactic.compile_s is not None else 5)
             seconds += len(cands) * (1.5 + plan.time_cap_s * 0.6)
         else:
             seconds += 8 * (5 + plan.time_cap_s)

@@ -4,8 +4,9 @@ FlashInfer JIT-compiles one module per kernel variant (12 s for a decode variant
 prefill on an H100) and caches it on disk; Triton caches compiled kernels too. Compiling them up front in
 several worker processes at once means the measurement loop finds them cached, and the compile time is
 reported apart from run time. Variants depend on the spec (dtype, head size, page size, masks), not on batch
-or length, so a small batch of the same spec compiles the same modules. FLEX_ATTENTION is left out:
-torch.compile specialises on shapes, so its compilation belongs to each measurement (recorded there).
+or length, so a small batch of the same spec compiles the same modules. Backends compiled per shape
+(``Backend.compile_per_shape``: torch.compile specialises on shapes) are left out: their compilation
+belongs to each measurement (recorded there).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Callable
 
+from hwtune.core import catalogue
 from hwtune.probes.attention.measure import Planned, measure_attention, plan_candidates
 from hwtune.probes.timing import TimingOptions
 from hwtune.probes.attention.worker import WorkerPool
@@ -22,7 +24,6 @@ from hwtune.core.types import AttentionWorkload
 from hwtune.tuner.plan import Plan
 
 _TINY = TimingOptions(time_cap_s=0.01, min_reps=1, max_reps=2, batch=1, warmup=0, flush_l2=False)
-_SKIP = {"FLEX_ATTENTION"}
 
 
 def _small(w: AttentionWorkload) -> AttentionWorkload:
@@ -43,7 +44,7 @@ def jobs(plan: Plan, profile: DeviceProfile, backends: tuple[str, ...] | None) -
             continue
         for c in plan_candidates(w, profile, item.backends or backends):
             key = (w.spec, w.phase, w.query_len if w.phase == "decode" else 0, c.backend, c.tactic)
-            if c.runnable and c.backend not in _SKIP and key not in seen:
+            if c.runnable and not catalogue.get("attention", c.backend).compile_per_shape and key not in seen:
                 seen.add(key)
                 out.append((_small(w), c))
     return out

@@ -1,11 +1,18 @@
-"""The backend catalogue: every backend hwtune can recommend, as data."""
+"""The backend catalogue: every backend hwtune can recommend, one record each, as data.
+
+A record (``Backend``) is the one place that names a backend and says everything about it: its rules with
+sources, its tactics and compile estimates, the probe that runs it, its engine flags, its static priority
+per architecture family and its tactic order. Priorities, engine adapters, probe registries, plans and
+warm-up derive from the records; nothing else spells a backend's name.
+"""
 
 from __future__ import annotations
 
 from hwtune.core.catalogue.all2all import ALL2ALL_BACKENDS
 from hwtune.core.catalogue.attention import ATTENTION_BACKENDS
 from hwtune.core.catalogue.base import (
-    FEATURE_WORDS, All2AllRules, AttentionRules, Backend, CCRange, Feature, Hazard, IntRule, Tactic,
+    FEATURE_WORDS, All2AllRules, AttentionRules, Backend, CCRange, EngineFlags, Feature, Hazard, IntRule, Probe,
+    Tactic,
 )
 from hwtune.core.catalogue.mla import MLA_BACKENDS
 from hwtune.core.errors import UnknownBackendError
@@ -42,8 +49,31 @@ def get(kind: str, name: str) -> Backend:
         raise UnknownBackendError(name, kind, names(kind)) from None
 
 
+def find(name: str) -> Backend | None:
+    """The backend of any kind called ``name`` (case-insensitive; names are unique across kinds), or None."""
+    key = name.strip().lower()
+    for kind in _ALL:
+        found = _BY_NAME.get((kind, _ALIASES.get((kind, key), key)))
+        if found is not None:
+            return found
+    return None
+
+
+def get_any(name: str) -> Backend:
+    """Like ``find``, but an unknown name is an UnknownBackendError listing every known backend."""
+    found = find(name)
+    if found is None:
+        raise UnknownBackendError(name, "attention or all2all", [n for kind in _ALL for n in names(kind)])
+    return found
+
+
+def quick_backends(kind: str) -> tuple[str, ...]:
+    """What ``hwtune tune --quick`` measures of ``kind``: backend names, or ``NAME:tactic`` for one tactic."""
+    return tuple(n for b in backends(kind) for n in b.quick_names())
+
+
 __all__ = [
     "Backend", "Tactic", "Feature", "FEATURE_WORDS", "Hazard", "IntRule", "CCRange", "AttentionRules",
-    "All2AllRules",
-    "backends", "names", "get",
+    "All2AllRules", "EngineFlags", "Probe",
+    "backends", "names", "get", "find", "get_any", "quick_backends",
 ]

@@ -1,5 +1,10 @@
 """MoE all2all backends, named as vLLM's ``--all2all-backend`` names them (plus nccl_alltoallv).
 
+Static orders: vLLM's default is allgather_reducescatter (vllm/config/parallel.py), the choice that runs
+everywhere. Where specialised kernels are installed and valid they are preferred as vLLM's expert-parallel
+deployment guide recommends: DeepEP low-latency (decode) then high-throughput (prefill) on Hopper; the
+FlashInfer NVLink kernels on Blackwell (NVL72 MNNVL systems), which vLLM makes the default on GB200/GB300.
+
 Facts from vLLM's ``vllm/distributed/device_communicators/all2all.py``, ``vllm/config/parallel.py`` and
 ``vllm/model_executor/layers/fused_moe/all2all_utils.py``, and from the kernels' own repositories.
 """
@@ -7,15 +12,7 @@ Facts from vLLM's ``vllm/distributed/device_communicators/all2all.py``, ``vllm/c
 from __future__ import annotations
 
 from hwtune.core.catalogue.base import (
-    All2AllRules,
-    Backend,
-    CCRange,
-    Feature,
-    Hazard,
-    Tactic,
-    fs,
-    ints,
-    multiple_of,
+    All2AllRules, Backend, CCRange, EngineFlags, Feature, Hazard, Probe, Tactic, fs, ints, multiple_of, priority,
 )
 from hwtune.core.packages import PackageRequirement
 
@@ -28,11 +25,24 @@ TORCH_PKG = PackageRequirement("torch", ">=2.4", "torch.distributed collectives"
 DEEP_EP = PackageRequirement("deep-ep", "", "DeepEP kernels (vllm tools/ep_kernels)", alternatives=("deep_ep",))
 
 
+PROBES = "hwtune.probes.all2all.candidates"
+#: vLLM's --all2all-backend (vllm/config/parallel.py All2AllBackend).
+VLLM_FLAG = "--all2all-backend"
+#: SGLang's --moe-a2a-backend values (python/sglang/srt/server_args.py: none, deepep, flashinfer, ...).
+SGLANG_FLAG = "--moe-a2a-backend"
+
+
 def _single(name: str, summary: str, rules: All2AllRules, packages: tuple[PackageRequirement, ...],
-            sources: dict[str, str], needs_cuda_torch: bool = True,
+            sources: dict[str, str], *, probe: Probe, order: dict[str, int], sglang: tuple[str, ...] = (),
+            vllm: bool = True, needs_cuda_torch: bool = True,
             notes: tuple[str, ...] = (), hazards: tuple[Hazard, ...] = ()) -> Backend:
+    engines = {"sglang": EngineFlags((SGLANG_FLAG, *sglang) if sglang else ())}
+    engines["vllm"] = EngineFlags((VLLM_FLAG, name)) if vllm else EngineFlags(missing=(
+        f"{name} is hwtune's reference all-to-all and has no vLLM {VLLM_FLAG} value; "
+        "pick another ranked backend or choose one with --backend"))
     return Backend(
-        name=name, kind="all2all", summary=summary, rules=rules, packages=packages,
+        name=name, kind="all2all", summary=summary, rules=rules, packages=packages, probe=probe,
+        engines=engines, priority=priority(**order),
         tactics=(Tactic("default", BOTH, All2AllRules(), summary=summary),),
         needs_cuda_torch=needs_cuda_torch, notes=notes, hazards=hazards,
         sources={"tactics": "one implementation", **sources},
@@ -54,6 +64,7 @@ NAIVE = _single(
         "packages": "torch.distributed",
     },
     needs_cuda_torch=False,
+    probe=Probe(f"{PROBES}.naive:NaiveCandidate"), order=dict(blackwell=6, others=5, cpu=2), sglang=("none",),
 )
 
 ALLGATHER_REDUCESCATTER = _single(
@@ -71,6 +82,8 @@ ALLGATHER_REDUCESCATTER = _single(
         "packages": "torch.distributed",
     },
     needs_cuda_torch=False,
+    probe=Probe(f"{PROBES}.allgather_reducescatter:AllGatherReduceScatterCandidate"),
+    order=dict(blackwell=4, others=2, cpu=0), sglang=("none",),
 )
 
 NCCL_ALLTOALLV = _single(
@@ -89,6 +102,8 @@ NCCL_ALLTOALLV = _single(
     },
     needs_cuda_torch=False,
     notes=("not a vLLM --all2all-backend value; hwtune's reference all-to-all",),
+    probe=Probe(f"{PROBES}.nccl_alltoallv:AllToAllVCandidate"), order=dict(blackwell=5, others=4, cpu=1),
+    vllm=False,
 )
 
 DEEPEP_HIGH_THROUGHPUT = _single(
@@ -108,6 +123,8 @@ DEEPEP_HIGH_THROUGHPUT = _single(
         "not CUDA-graph safe",
         "packages": "deep_ep (vllm tools/ep_kernels/README.md)",
     },
+    probe=Probe(f"{PROBES}.deepep:DeepEPHighThroughputCandidate", ("deep_ep",)),
+    order=dict(blackwell=3, others=1), sglang=("deepep", "--deepep-mode", "normal"),
 )
 
 DEEPEP_LOW_LATENCY = _single(
@@ -128,6 +145,8 @@ DEEPEP_LOW_LATENCY = _single(
         "features": f"{A2A}: low_latency_mode; fixed-size buffers, CUDA-graph safe",
         "packages": "deep_ep",
     },
+    probe=Probe(f"{PROBES}.deepep:DeepEPLowLatencyCandidate", ("deep_ep",)),
+    order=dict(blackwell=2, others=0), sglang=("deepep", "--deepep-mode", "low_latency"),
 )
 
 PPLX = _single(
@@ -145,6 +164,7 @@ PPLX = _single(
         "packages": "pplx_kernels",
     },
     notes=("removed from recent vLLM: its validator falls back to allgather_reducescatter",),
+    probe=Probe(f"{PROBES}.pplx:PPLXCandidate", ("pplx_kernels",)), order=dict(blackwell=7, others=3),
 )
 
 FLASHINFER_NVLINK_ONE_SIDED = _single(
@@ -174,6 +194,8 @@ FLASHINFER_NVLINK_ONE_SIDED = _single(
         "batch to an even number of tokens",
         source="hwtune measurement, flashinfer 0.6.18.post1 on 2 x H200, 2026-11-21 (docs/all2all.md)",
     ),),
+    probe=Probe(f"{PROBES}.flashinfer_one_sided:OneSidedCandidate", ("flashinfer",)),
+    order=dict(blackwell=0, others=7), sglang=("flashinfer",),
 )
 
 FLASHINFER_NVLINK_TWO_SIDED = _single(
@@ -193,6 +215,8 @@ FLASHINFER_NVLINK_TWO_SIDED = _single(
         "features": "vllm config/parallel.py 'Use flashinfer two-sided kernels for mnnvl'",
         "packages": "flashinfer-python",
     },
+    probe=Probe(f"{PROBES}.flashinfer_two_sided:TwoSidedCandidate", ("flashinfer",)),
+    order=dict(blackwell=1, others=6), sglang=("flashinfer",),
 )
 
 ALL2ALL_BACKENDS: tuple[Backend, ...] = (

@@ -1,5 +1,12 @@
 """Attention backends (non-MLA), named as vLLM's ``--attention-backend`` names them.
 
+Each record is the one place that says everything about its backend: rules (allowlists with sources),
+tactics and their compile estimates (FlashInfer's JIT figures measured on an H100, docs/tuning.md), the
+probe that runs it, its engine flags, its static priority per architecture family (vLLM's
+``CudaPlatformBase._get_backend_priorities`` in vllm/platforms/cuda.py: its Blackwell branch is
+``device_capability.major == 10``, so SM 12.x takes the FLASH_ATTN-first order of the other CUDA GPUs),
+and its tactic order when nothing was measured.
+
 Facts come from vLLM's ``validate_configuration`` inputs (``vllm/v1/attention/backends/*.py``, summarised in
 ``docs/design/attention_backends.md``) and from FlashInfer 0.6.18's own checks; each is cited in ``sources``.
 TRITON_ATTN and TURBOQUANT are hwtune's own Triton kernels (``hwtune.kernels``): their entries
@@ -9,7 +16,7 @@ declare what those kernels implement, nothing more.
 from __future__ import annotations
 
 from hwtune.core.catalogue.base import (
-    AttentionRules, Backend, CCRange, Feature, Tactic, fs, ints, multiple_of,
+    AttentionRules, Backend, CCRange, EngineFlags, Feature, Probe, Tactic, fs, ints, multiple_of, priority,
 )
 from hwtune.core.packages import PackageRequirement
 
@@ -23,6 +30,20 @@ CUDA = fs("cuda")
 FP16_BF16 = fs("float16", "bfloat16")
 KV_16BIT = fs("auto", "float16", "bfloat16")
 
+PROBES = "hwtune.probes.attention.candidates"
+
+
+def vllm(name: str) -> EngineFlags:
+    """vLLM's ``--attention-backend`` value (vllm/v1/attention/backends/registry.py AttentionBackendEnum)."""
+    return EngineFlags(("--attention-backend", name))
+
+
+def sglang(value: str, **by_tactic: str) -> EngineFlags:
+    """SGLang's ``--attention-backend`` value (python/sglang/srt/server_args.py ATTENTION_BACKEND_CHOICES)."""
+    return EngineFlags(("--attention-backend", value),
+                       {t.replace("_", "-"): ("--attention-backend", v) for t, v in by_tactic.items()})
+
+
 FLASHINFER_PKG = PackageRequirement(
     "flashinfer-python", ">=0.2.0", "FlashInfer attention wrappers", alternatives=("flashinfer",)
 )
@@ -33,6 +54,17 @@ _FI_BASE_FEATURES = fs(F.DECODE_LSE, F.SLIDING_WINDOW, F.SOFT_CAP, F.SPEC_DECODE
 FLASHINFER = Backend(
     name="FLASHINFER",
     kind="attention",
+    probe=Probe(f"{PROBES}.flashinfer:FlashInferCandidate", ("flashinfer",)),
+    engines={"vllm": vllm("FLASHINFER"), "sglang": sglang("flashinfer", trtllm_gen="trtllm_mha")},
+    priority=priority(blackwell=0, others=1),
+    # vLLM uses trtllm-gen on SM100 (vllm/utils/flashinfer.py use_trtllm_attention), fa2/fa3 elsewhere;
+    # FlashInfer's own auto prefill picks fa3 on SM90 (flashinfer/utils.py determine_attention_backend).
+    tactic_order={
+        "blackwell": {"decode": ("trtllm-gen", "xqa", "fa2-tc", "fa2", "cute-dsl"),
+                      "prefill": ("trtllm-gen", "fa2-tc", "cute-dsl", "cudnn")},
+        "ampere_hopper": {"decode": ("fa2-tc", "fa2", "xqa", "fa3"), "prefill": ("fa3", "fa2-tc", "cudnn")},
+    },
+    quick=True,
     summary="FlashInfer paged decode/prefill wrappers; tactics are its kernel families",
     rules=AttentionRules(
         device_types=CUDA,
@@ -50,6 +82,7 @@ FLASHINFER = Backend(
         Tactic(
             "fa2", DECODE,
             AttentionRules(features=_FI_BASE_FEATURES - {F.SPEC_DECODE}, gqa_groups=ints(1, 2, 3, 4, 6, 8)),
+            compile_s=12,
             summary="decode: BatchDecode on CUDA cores (use_tensor_cores=False)",
             sources={
                 "gqa_groups": f"{FI} include/flashinfer/utils.cuh DISPATCH_GQA_GROUP_SIZE (decode kernel)",
@@ -59,6 +92,7 @@ FLASHINFER = Backend(
         Tactic(
             "fa2-tc", BOTH,
             AttentionRules(features=_FI_BASE_FEATURES),
+            compile_s=28,
             summary="fa2 on tensor cores: BatchPrefill backend='fa2'; decode via use_tensor_cores=True",
             sources={"features": f"{FI} decode.py: use_tensor_cores runs the prefill kernel; return_lse"},
         ),
@@ -69,6 +103,7 @@ FLASHINFER = Backend(
                 kv_cache_dtypes=KV_16BIT,
                 features=_FI_BASE_FEATURES,
             ),
+            compile_s=90,
             summary="Hopper FA3 template (decode through use_tensor_cores=True, backend='fa3')",
             sources={
                 "compute_capabilities": f"{FI} jit/attention/modules.py fa3 built with sm90a flags only",
@@ -84,6 +119,7 @@ FLASHINFER = Backend(
                 head_sizes=multiple_of(16, 16, 256),
                 features=fs(F.SLIDING_WINDOW, F.CUDA_GRAPHS),
             ),
+            compile_s=8,
             summary="TensorRT-LLM XQA decode kernel via trtllm_batch_decode_with_kv_cache(backend='xqa')",
             sources={
                 "compute_capabilities": f"{FI} jit/xqa.py: 'XQA is only supported on SM90, SM100, SM120/SM121'",
@@ -171,6 +207,15 @@ _FA_FEATURES = fs(F.DECODE_LSE, F.SLIDING_WINDOW, F.SOFT_CAP, F.SPEC_DECODE, F.C
 FLASH_ATTN = Backend(
     name="FLASH_ATTN",
     kind="attention",
+    probe=Probe(f"{PROBES}.flash_attn:FlashAttnCandidate"),
+    engines={"vllm": vllm("FLASH_ATTN"), "sglang": EngineFlags(
+        by_tactic={"fa3": ("--attention-backend", "fa3"), "fa4": ("--attention-backend", "fa4")},
+        missing="SGLang's FlashAttention backend is fa3/fa4; the selected tactic {tactic} has no SGLang flag")},
+    priority=priority(blackwell=1, others=0),
+    # FLASH_ATTN's default version is FA3 on SM90, FA4 on SM10x, FA2 otherwise (vllm fa_utils.py).
+    tactic_order={"blackwell": {"decode": ("fa4", "fa2"), "prefill": ("fa4", "fa2")},
+                  "ampere_hopper": {"decode": ("fa3", "fa2"), "prefill": ("fa3", "fa2")}},
+    quick=True,
     summary="FlashAttention varlen with a paged KV cache (flash_attn / vllm_flash_attn)",
     rules=AttentionRules(
         device_types=CUDA,
@@ -230,6 +275,10 @@ FLASH_ATTN = Backend(
 TRITON_ATTN = Backend(
     name="TRITON_ATTN",
     kind="attention",
+    probe=Probe(f"{PROBES}.triton_attn:TritonAttnCandidate", ("triton",)),
+    engines={"vllm": vllm("TRITON_ATTN"), "sglang": sglang("triton")},
+    priority=priority(blackwell=2, others=2),
+    quick=True,
     summary="hwtune's paged attention in Triton: split-KV decode with LSE merge, chunked causal prefill",
     rules=AttentionRules(
         device_types=CUDA,
@@ -245,8 +294,9 @@ TRITON_ATTN = Backend(
     ),
     packages=(PackageRequirement("triton", ">=3.0", "JIT-compiled kernels"),),
     tactics=(
-        Tactic("auto", BOTH, AttentionRules(), summary="heuristic tile sizes and KV splits per shape"),
-        Tactic("tuned", BOTH, AttentionRules(), summary="tile sizes, KV splits, warps, stages searched per workload"),
+        Tactic("auto", BOTH, AttentionRules(), summary="heuristic tile sizes and KV splits per shape", compile_s=10),
+        Tactic("tuned", BOTH, AttentionRules(), summary="tile sizes, KV splits, warps, stages searched per workload",
+               compile_s=60, quick=False),
     ),
     sources={
         "device_types": "hwtune/kernels/triton_attention.py (Triton on CUDA)",
@@ -269,6 +319,10 @@ TRITON_ATTN = Backend(
 FLEX_ATTENTION = Backend(
     name="FLEX_ATTENTION",
     kind="attention",
+    probe=Probe(f"{PROBES}.flex:FlexCandidate"),
+    engines={"vllm": vllm("FLEX_ATTENTION"), "sglang": sglang("flex_attention")},
+    priority=priority(blackwell=3, others=3, cpu=1),
+    compile_per_shape=True,
     summary="torch.nn.attention.flex_attention over the paged cache (block mask from the page table), compiled",
     rules=AttentionRules(
         device_types=fs("cuda", "cpu"),
@@ -283,7 +337,7 @@ FLEX_ATTENTION = Backend(
     ),
     packages=(PackageRequirement("torch", ">=2.5", "flex_attention with enable_gqa"),),
     needs_cuda_torch=False,
-    tactics=(Tactic("compiled", BOTH, AttentionRules(), summary="torch.compile(flex_attention)"),),
+    tactics=(Tactic("compiled", BOTH, AttentionRules(), summary="torch.compile(flex_attention)", compile_s=25),),
     sources={
         "device_types": "torch.nn.attention.flex_attention: CUDA and CPU (compiled)",
         "compute_capabilities": "torch flex_attention Triton templates need SM 8.0 for bf16",
@@ -305,6 +359,15 @@ _SDPA = "torch.nn.functional.scaled_dot_product_attention"
 TORCH_SDPA = Backend(
     name="TORCH_SDPA",
     kind="attention",
+    probe=Probe(f"{PROBES}.sdpa:SdpaCandidate"),
+    engines={"vllm": EngineFlags(missing="vLLM has no TORCH_SDPA attention backend for decoder models on CUDA; "
+                                 "pick another ranked backend (see `ranked`) or choose one with --backend"),
+             "sglang": sglang("torch_native")},
+    # Not in vLLM's CUDA list: hwtune's portable last resort; first on CPU (vLLM's CPU path is SDPA-like).
+    priority=priority(blackwell=4, others=4, cpu=0),
+    tactic_order={"cpu": {"decode": ("math",), "prefill": ("math",)},
+                  "ampere_hopper": {"decode": ("flash", "efficient", "cudnn", "math"),
+                                    "prefill": ("flash", "cudnn", "efficient", "math")}},
     summary="KV gathered from the pages, then scaled_dot_product_attention (the gather is timed)",
     rules=AttentionRules(
         device_types=fs("cuda", "cpu"),
@@ -352,6 +415,13 @@ TORCH_SDPA = Backend(
 TURBOQUANT = Backend(
     name="TURBOQUANT",
     kind="attention",
+    probe=Probe(f"{PROBES}.turboquant:TurboQuantCandidate", ("triton",)),
+    engines={"vllm": vllm("TURBOQUANT"),
+             "sglang": EngineFlags(missing="SGLang has no TurboQuant KV-cache attention backend; serve "
+                                   "turboquant_* KV caches with vLLM, or pick another kv-cache dtype")},
+    # Last, as vLLM appends it: it only wins where it is the only valid backend (turboquant_* kv caches).
+    priority=priority(blackwell=5, others=5),
+    quick=True,
     summary="hwtune's compressed KV cache: randomised Hadamard rotation + scalar codes, attention on codes",
     rules=AttentionRules(
         device_types=CUDA,
@@ -365,7 +435,8 @@ TURBOQUANT = Backend(
         features=fs(F.DECODE_LSE, F.SPEC_DECODE),
     ),
     packages=(PackageRequirement("triton", ">=3.0", "JIT-compiled kernels"),),
-    tactics=(Tactic("auto", BOTH, AttentionRules(), summary="split-KV decode and chunked prefill on codes"),),
+    tactics=(Tactic("auto", BOTH, AttentionRules(), summary="split-KV decode and chunked prefill on codes",
+                    compile_s=10),),
     sources={
         "device_types": "hwtune/kernels/turboquant.py (Triton on CUDA)",
         "compute_capabilities": "hwtune/kernels/turboquant.py (bf16 tl.dot: SM 8.0+)",

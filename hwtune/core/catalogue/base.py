@@ -166,6 +166,45 @@ class Tactic:
     summary: str = ""
     packages: tuple[PackageRequirement, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
+    #: Seconds of first-use JIT/compilation on an H100, for plan estimates (None: a few seconds at most).
+    compile_s: float | None = None
+    #: Measured by ``hwtune tune --quick`` (when its backend is).
+    quick: bool = True
+
+
+#: Architecture families that static priorities are declared for (``DeviceProfile.family``).
+FAMILIES: tuple[str, ...] = ("blackwell", "blackwell_consumer", "ampere_hopper", "other", "cpu")
+
+
+def priority(*, blackwell: int | None = None, others: int | None = None, cpu: int | None = None) -> Mapping[str, int]:
+    """A backend's place in each family's static order (0 first); ``others`` = SM 8.x/9.x, SM 12.x and other
+    CUDA GPUs, which every supported engine orders alike; None = not in that family's list."""
+    places = {"blackwell": blackwell, "blackwell_consumer": others, "ampere_hopper": others, "other": others,
+              "cpu": cpu}
+    return {family: place for family, place in places.items() if place is not None}
+
+
+@dataclass(frozen=True)
+class Probe:
+    """How hwtune runs a backend itself: the candidate class (``module:Class``, imported only inside a
+    worker) and the Python modules it needs (checked with ``find_spec`` before a worker starts)."""
+
+    ref: str
+    modules: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineFlags:
+    """How one engine is told to use a backend: its arguments, per tactic where the engine names kernels
+    separately; ``missing`` says why there is none (in the words of the error the adapter raises)."""
+
+    args: tuple[str, ...] = ()
+    by_tactic: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    missing: str = ""
+
+    def for_tactic(self, tactic: str | None) -> tuple[str, ...]:
+        """The flag arguments for ``tactic`` (empty: the engine has no equivalent)."""
+        return self.by_tactic.get(tactic or "", self.args)
 
 
 @dataclass(frozen=True)
@@ -207,6 +246,26 @@ class Backend:
     notes: tuple[str, ...] = ()
     #: Measured run-time failure modes; selection repeats those that apply to the spec in its notes.
     hazards: tuple[Hazard, ...] = ()
+    #: The candidate hwtune runs for it (None: selectable from static priorities and imported measurements).
+    probe: Probe | None = None
+    #: Engine name ("vllm", "sglang") -> how that engine is told to use this backend.
+    engines: Mapping[str, EngineFlags] = field(default_factory=dict)
+    #: Place in the static order per architecture family (see ``priority``); absent: not in that list.
+    priority: Mapping[str, int] = field(default_factory=dict)
+    #: Family -> phase -> tactic names in the order to take them when nothing was measured; a family not
+    #: listed uses "ampere_hopper"; no entry at all: declaration order.
+    tactic_order: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
+    #: Compiled per shape (torch.compile): its compilation belongs to each measurement, not to warm-up.
+    compile_per_shape: bool = False
+    #: Measured by ``hwtune tune --quick``.
+    quick: bool = False
+
+    def quick_names(self) -> tuple[str, ...]:
+        """How the quick plan names this backend: the backend, or ``NAME:tactic`` per quick tactic."""
+        if not self.quick:
+            return ()
+        tactics = [t.name for t in self.tactics if t.quick]
+        return (self.name,) if len(tactics) == len(self.tactics) else tuple(f"{self.name}:{t}" for t in tactics)
 
     def has(self, feature: Feature) -> bool:
         feats = self.rules.features or frozenset()

@@ -2,15 +2,17 @@
 
 All of them read a latent cache of width kv_lora_rank + qk_rope_head_dim = 576 with one KV head
 (vllm model_executor/layers/attention/mla_attention.py MLACommonBackend.get_supported_head_sizes -> [576]).
-hwtune does not run these kernels itself (they ship inside vLLM and FlashInfer); they are selectable from
+Static orders: vllm/platforms/cuda.py ``_get_backend_priorities(use_mla=True)``: SM10: FLASHINFER_MLA,
+CUTLASS_MLA, (FLASH_ATTN_MLA), FLASHMLA, TRITON_MLA; others: (FLASH_ATTN_MLA), FLASHMLA, FLASHINFER_MLA,
+TRITON_MLA. hwtune does not run these kernels itself (they ship inside vLLM and FlashInfer); they are selectable from
 static priorities and from measurements imported into the store.
 """
 
 from __future__ import annotations
 
-from hwtune.core.catalogue.attention import FLASHINFER_PKG
+from hwtune.core.catalogue.attention import FLASHINFER_PKG, sglang, vllm
 from hwtune.core.catalogue.base import (
-    AttentionRules, Backend, CCRange, Feature, Tactic, fs, ints, multiple_of,
+    AttentionRules, Backend, CCRange, EngineFlags, Feature, Tactic, fs, ints, multiple_of, priority,
 )
 from hwtune.core.packages import PackageRequirement
 
@@ -31,9 +33,10 @@ _COMMON_SOURCES = {
 
 
 def _mla(name: str, summary: str, rules: AttentionRules, packages: tuple[PackageRequirement, ...],
-         sources: dict[str, str]) -> Backend:
+         sources: dict[str, str], *, order: dict[str, int], sglang_flags: EngineFlags) -> Backend:
     return Backend(
         name=name, kind="attention", summary=summary, rules=rules, packages=packages,
+        engines={"vllm": vllm(name), "sglang": sglang_flags}, priority=priority(**order),
         tactics=(Tactic("default", BOTH, AttentionRules(), summary="the backend's own kernel"),),
         sources={**_COMMON_SOURCES, "tactics": "one kernel per backend", **sources},
     )
@@ -56,6 +59,7 @@ FLASHINFER_MLA = _mla(
         "differs between vLLM versions (older cuda.py: 'FlashInferMLA doesn't return LSE for DCP'): not declared",
         "packages": "flashinfer-python + vllm",
     },
+    order=dict(blackwell=0, others=1), sglang_flags=sglang("flashinfer"),
 )
 
 CUTLASS_MLA = _mla(
@@ -75,6 +79,7 @@ CUTLASS_MLA = _mla(
         "features": f"{MLA}/cutlass_mla.py can_return_lse_for_decode=True; UNIFORM_SINGLE_TOKEN_DECODE graphs",
         "packages": "vllm _C ops.sm100_cutlass_mla_decode",
     },
+    order=dict(blackwell=1, others=3), sglang_flags=sglang("cutlass_mla"),
 )
 
 FLASHMLA = _mla(
@@ -94,6 +99,7 @@ FLASHMLA = _mla(
         "UNIFORM_BATCH graphs",
         "packages": "vllm.v1.attention.ops.flashmla",
     },
+    order=dict(blackwell=2, others=0), sglang_flags=sglang("flashmla"),
 )
 
 TRITON_MLA = _mla(
@@ -113,6 +119,7 @@ TRITON_MLA = _mla(
         "no cudagraph support declared",
         "packages": "vllm + triton",
     },
+    order=dict(blackwell=3, others=2), sglang_flags=sglang("triton"),
 )
 
 MLA_BACKENDS: tuple[Backend, ...] = (FLASHINFER_MLA, TRITON_MLA, CUTLASS_MLA, FLASHMLA)

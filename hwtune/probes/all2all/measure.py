@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from hwtune.probes.all2all.candidates import REGISTRY, missing_modules
+from hwtune.probes.registry import missing_modules, probe_ref
 from hwtune.probes.all2all.launcher import run_trial
 from hwtune.probes.all2all.trial import ItemResult, TrialItem, TrialSpec
 from hwtune.core import catalogue
@@ -60,7 +60,7 @@ def _preflight(
     """Why this backend cannot run this spec here (None: run it), and the catalogue's rejections."""
     found = check(backend, spec, profile)
     rejections = [r.message for r in found]
-    entry = REGISTRY.get(backend.name)
+    entry = backend.probe
     missing = missing_modules(entry.modules if entry and ref is None else ())
     if missing:  # the module first, in the words people search for; then what else the catalogue said
         others = [r.message for r in found if r.code != "package"]
@@ -183,7 +183,7 @@ def measure_all2all_sweep(
                 continue
             trial = TrialSpec(
                 backend=backend.name,
-                candidate_ref=ref or REGISTRY[backend.name].ref,
+                candidate_ref=ref or probe_ref("all2all", backend.name),
                 spec=spec.to_dict(),
                 items=tuple(TrialItem(wl.tokens_per_rank, wl.routing) for wl in group),
                 device=device,

@@ -182,12 +182,12 @@ def main(argv: list[str]) -> int:
             out.event("begin", i=0)
             out.result(0, _peak(ctx, spec))
         else:
-            from hwtune.probes.all2all.candidates import load
+            from hwtune.probes.registry import load_class
             from hwtune.core.types import All2AllSpec
 
             stage = "the candidate's set-up"
             t0 = time.perf_counter()
-            cls = load(spec.candidate_ref)
+            cls = load_class(spec.candidate_ref)
             cand = cls(
                 ctx=ctx,
                 spec=All2AllSpec.from_dict(spec.spec),

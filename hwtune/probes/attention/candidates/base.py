@@ -10,7 +10,6 @@ address, copying new metadata in place.
 
 from __future__ import annotations
 
-import importlib
 import math
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
@@ -77,25 +76,12 @@ class Candidate(ABC):
         """A fresh runner for ``tactic``; raise Unsupported with the reason if the tactic cannot run."""
 
 
-#: Backend name -> "module:Class". Modules are imported only inside the worker.
-REGISTRY: dict[str, str] = {
-    "TORCH_SDPA": "hwtune.probes.attention.candidates.sdpa:SdpaCandidate",
-    "FLEX_ATTENTION": "hwtune.probes.attention.candidates.flex:FlexCandidate",
-    "FLASHINFER": "hwtune.probes.attention.candidates.flashinfer:FlashInferCandidate",
-    "FLASH_ATTN": "hwtune.probes.attention.candidates.flash_attn:FlashAttnCandidate",
-    "TRITON_ATTN": "hwtune.probes.attention.candidates.triton_attn:TritonAttnCandidate",
-    "TURBOQUANT": "hwtune.probes.attention.candidates.turboquant:TurboQuantCandidate",
-}
-
-
 def load_candidate(backend: str, override: str | None = None) -> Candidate:
-    """Import the candidate class for ``backend`` (``override`` = "module:Class", used by fault tests)."""
-    target = override or REGISTRY.get(backend)
-    if target is None:
-        raise Unsupported(f"hwtune has no runnable candidate for {backend} (it is selectable from static "
-                          "priorities and imported measurements only)")
-    module, _, cls = target.partition(":")
-    return getattr(importlib.import_module(module), cls)()
+    """Import the candidate class that ``backend``'s catalogue record names (``override`` = "module:Class",
+    used by fault tests). Modules are imported only inside the worker."""
+    from hwtune.probes.registry import load_class, probe_ref
+
+    return load_class(override or probe_ref("attention", backend, Unsupported))()
 
 
 def missing_module(name: str, package: str) -> str | None:
