@@ -27,9 +27,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hwtune.probes.all2all.measure import device_profile, measure_all2all_sweep, measure_peak_bandwidth
 from hwtune.core.environment import current_environment
 from hwtune.core.types import All2AllSpec, All2AllWorkload
+from hwtune.probes.all2all.measure import device_profile, measure_all2all_sweep, measure_peak_bandwidth
 
 BACKENDS = [
     "naive",

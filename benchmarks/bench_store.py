@@ -29,11 +29,11 @@ import tempfile
 import time
 from typing import Any
 
-from hwtune.db.store import Store
 from hwtune.core.devices import simulated
 from hwtune.core.environment import Environment, SoftwareStack
 from hwtune.core.records import LatencyStats, MeasurementRecord
 from hwtune.core.types import AttentionSpec, AttentionWorkload
+from hwtune.db.store import Store
 
 STACK = SoftwareStack(torch="2.11.0+cu130", cuda_runtime="13.0", triton="3.6.0", flashinfer="0.6.18.post1",
                       cudnn="9.10", nccl="2.27.3", hwtune="0.1.0")

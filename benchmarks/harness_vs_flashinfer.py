@@ -18,10 +18,10 @@ import torch
 def main() -> int:
     from flashinfer.testing import bench_gpu_time
 
+    from hwtune.core.types import AttentionSpec, AttentionWorkload
     from hwtune.probes.attention.candidates.flashinfer import FlashInferRunner
     from hwtune.probes.attention.problem import build_problem
     from hwtune.probes.timing import TimingOptions, time_cuda
-    from hwtune.core.types import AttentionSpec, AttentionWorkload
 
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--out", default=None)

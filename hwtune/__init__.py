@@ -7,7 +7,11 @@
 from hwtune._version import __version__
 from hwtune.core.devices import DeviceProfile
 from hwtune.core.errors import (
-    BackendNotValidError, HwtuneError, InvalidSpecError, NoValidBackendError, UnknownBackendError,
+    BackendNotValidError,
+    HwtuneError,
+    InvalidSpecError,
+    NoValidBackendError,
+    UnknownBackendError,
 )
 from hwtune.core.types import All2AllSpec, All2AllWorkload, AttentionSpec, AttentionWorkload
 from hwtune.core.validation import validate

@@ -82,9 +82,9 @@ def attention(
 ) -> None:
     """Measure an attention candidate: correctness gate against the float32 reference, then timing."""
     from hwtune.core.detect import detect
+    from hwtune.core.devices import CPU_PROFILE
     from hwtune.probes.attention.measure import measure_attention, plan_candidates
     from hwtune.probes.timing import TimingOptions
-    from hwtune.core.devices import CPU_PROFILE
 
     spec = S.build_attention_spec(model, tp, num_heads, num_kv_heads, head_size, dtype, kv_cache_dtype,
                                   block_size, kv_layout, dcp, pcp, spec_tokens, sinks, sliding_window, soft_cap, mla)

@@ -11,9 +11,9 @@ import typer
 from hwtune.cli import specs as S
 from hwtune.cli.common import AssumeInstalledOpt, DeviceOpt, JsonOpt, console, emit_json, guarded
 from hwtune.core.model_config import all2all_spec, load_model_config
+from hwtune.core.types import All2AllSpec
 from hwtune.selector.api import select_all2all, select_attention
 from hwtune.selector.selection import Selection
-from hwtune.core.types import All2AllSpec
 
 app = typer.Typer(help="Which backend should the engine use? Ranked valid backends, rejected ones with reasons.",
                   no_args_is_help=True)

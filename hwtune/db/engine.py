@@ -35,9 +35,9 @@ from urllib.parse import quote
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, Connection, Engine
 
+from hwtune.core.errors import StoreUnavailableError
 from hwtune.db.columns import dumps
 from hwtune.db.urls import check_local_filesystem, mask, sqlite_path
-from hwtune.core.errors import StoreUnavailableError
 
 log = logging.getLogger("hwtune.db")
 

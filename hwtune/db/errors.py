@@ -10,8 +10,8 @@ from __future__ import annotations
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from hwtune.db.urls import mask, redact
 from hwtune.core.errors import StoreDataError, StoreError, StoreUnavailableError
+from hwtune.db.urls import mask, redact
 
 #: PostgreSQL SQLSTATEs that mean "this transaction lost a race; run it again".
 #: serialization failure, deadlock detected, lock not available

@@ -14,10 +14,10 @@ import json
 import math
 from typing import Any, Mapping
 
-from hwtune.db.columns import decode_json
-from hwtune.db.rows import environment_hash, workload_info
 from hwtune.core.errors import HwtuneError
 from hwtune.core.records import STATUSES, LatencyStats, MeasurementRecord
+from hwtune.db.columns import decode_json
+from hwtune.db.rows import environment_hash, workload_info
 
 FORMAT = "hwtune-measurements"
 VERSION = 1

@@ -20,9 +20,9 @@ from filelock import FileLock, Timeout
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
+from hwtune.core.errors import StoreOutdatedError, StoreUnavailableError
 from hwtune.db.engine import WRITE_OPTION, enable_wal, sqlite_file
 from hwtune.db.urls import mask
-from hwtune.core.errors import StoreOutdatedError, StoreUnavailableError
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 #: One advisory-lock id for "migrating the hwtune schema", the same in every process and version.

@@ -34,8 +34,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from hwtune.db.columns import JSONDoc, UTCDateTime
 from hwtune.core.records import STATUSES
+from hwtune.db.columns import JSONDoc, UTCDateTime
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_name)s",

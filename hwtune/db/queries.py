@@ -15,9 +15,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
+from hwtune.core.records import MeasurementRecord
 from hwtune.db.models import EnvironmentRow, MeasurementRow, WorkloadRow, table
 from hwtune.db.rows import LatencyRow, record_from_row
-from hwtune.core.records import MeasurementRecord
 
 M, W, E = table(MeasurementRow), table(WorkloadRow), table(EnvironmentRow)
 _M_COLS = [c for c in M.c if c.name != "id"]

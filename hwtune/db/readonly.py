@@ -16,9 +16,9 @@ import threading
 import time
 from typing import Any
 
+from hwtune.core.errors import StoreOutdatedError
 from hwtune.db.errors import reason
 from hwtune.db.urls import ENV_VAR, default_path, mask, resolve, sqlite_path
-from hwtune.core.errors import StoreOutdatedError
 
 #: Time kept back from the shared attempt for the local fallback (opening a local SQLite file takes ms).
 LOCAL_RESERVE_S = 0.3

@@ -14,9 +14,9 @@ import re
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
+from hwtune.core.errors import InvalidSpecError, StoreError
 from hwtune.db.errors import translate
 from hwtune.db.store import Store
-from hwtune.core.errors import InvalidSpecError, StoreError
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _VAR = re.compile(r':"(\w+)"')

@@ -23,18 +23,24 @@ from sqlalchemy import func, inspect, select
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from hwtune.core.errors import HwtuneError, StoreError, StoreOutdatedError, StoreUnavailableError
+from hwtune.core.records import MeasurementRecord, new_run_id
 from hwtune.db import migrate, queue, runs
 from hwtune.db.engine import BUSY_TIMEOUT_S, WRITE_OPTION, journal_mode, make_engine, sqlite_file
 from hwtune.db.errors import describe, is_transient, reason, translate
 from hwtune.db.models import RUN_STATES, RunRow, table
-from hwtune.db.queries import E, M, W, StoreReads, _chunks
+from hwtune.db.queries import E, M, StoreReads, W, _chunks
 from hwtune.db.rows import (
-    CONFLICT, UPDATABLE, WorkloadInfo, environment_hash, environment_row, measurement_row, workload_info,
+    CONFLICT,
+    UPDATABLE,
+    WorkloadInfo,
+    environment_hash,
+    environment_row,
+    measurement_row,
+    workload_info,
 )
 from hwtune.db.upsert import upsert
 from hwtune.db.urls import mask, resolve
-from hwtune.core.errors import HwtuneError, StoreError, StoreOutdatedError, StoreUnavailableError
-from hwtune.core.records import MeasurementRecord, new_run_id
 
 R = table(RunRow)
 _RESULT = TypeVar("_RESULT")

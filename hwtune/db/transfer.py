@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import IO, Iterator, Literal
 
 from hwtune._version import __version__
-from hwtune.db.columns import dumps, encode_json
-from hwtune.db.store import Store
-from hwtune.db.import_checks import FORMAT, VERSION, check_header, parse_line
 from hwtune.core.errors import StoreDataError
 from hwtune.core.records import MeasurementRecord
+from hwtune.db.columns import dumps, encode_json
+from hwtune.db.import_checks import FORMAT, VERSION, check_header, parse_line
+from hwtune.db.store import Store
 
 OnError = Literal["skip", "abort"]
 BATCH = 1000

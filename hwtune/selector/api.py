@@ -15,16 +15,16 @@ from typing import Any
 
 from hwtune.core import catalogue
 from hwtune.core.catalogue import Backend
+from hwtune.core.catalogue.priorities import backend_order, describe_family, tactic_order
 from hwtune.core.devices import DeviceProfile, simulated
 from hwtune.core.errors import BackendNotValidError, NoValidBackendError
+from hwtune.core.types import All2AllSpec, AttentionSpec, Spec
+from hwtune.core.validation import Rejection, check, phases_of, valid_tactics
 from hwtune.selector.measured import dispatch_table
 from hwtune.selector.measured import rank as measured_rank
 from hwtune.selector.messages import ENV_VARS, no_valid_message, not_valid_message
 from hwtune.selector.mix import MixPoint, all2all_mix, load_mix, workload_mix
-from hwtune.core.catalogue.priorities import backend_order, describe_family, tactic_order
 from hwtune.selector.selection import RankedBackend, Selection
-from hwtune.core.types import All2AllSpec, AttentionSpec, Spec
-from hwtune.core.validation import Rejection, check, phases_of, valid_tactics
 
 DeviceArg = str | DeviceProfile
 
@@ -63,8 +63,8 @@ def _evidence(kind: str, spec: Spec, device: DeviceProfile, db: str | bool | Non
     """This environment's measurements of ``spec`` from the store (None when no store answers)."""
     if db is False:
         return None, ["no measurement store consulted (db=False)"]
-    from hwtune.db.sqlite_direct import read_for_selection  # stdlib sqlite3 for local stores; no SQLAlchemy
     from hwtune.core.environment import current_environment
+    from hwtune.db.sqlite_direct import read_for_selection  # stdlib sqlite3 for local stores; no SQLAlchemy
     from hwtune.selector.measured import gather
 
     rows, fingerprints, notes = read_for_selection(db if isinstance(db, str) else None, spec.key(), kind)

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from hwtune.core.environment import differences
-from hwtune.selector.mix import MixPoint
 from hwtune.core.records import DISQUALIFYING
+from hwtune.selector.mix import MixPoint
 from hwtune.selector.selection import DispatchEntry, RankedBackend
 
 NEIGHBOURS = 4

@@ -12,10 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+import tomllib
 
 from hwtune.core import catalogue
 from hwtune.core.devices import DeviceProfile

@@ -20,15 +20,15 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from hwtune.probes.attention.measure import measure_attention, plan_candidates
-from hwtune.probes.timing import TimingOptions
-from hwtune.probes.attention.worker import WorkerPool
 from hwtune.core import catalogue
 from hwtune.core.devices import CPU_PROFILE, DeviceProfile
 from hwtune.core.environment import Environment, current_environment
 from hwtune.core.errors import InvalidSpecError
 from hwtune.core.records import MeasurementRecord
 from hwtune.core.types import All2AllWorkload, AttentionWorkload, workload_from_dict
+from hwtune.probes.attention.measure import measure_attention, plan_candidates
+from hwtune.probes.attention.worker import WorkerPool
+from hwtune.probes.timing import TimingOptions
 from hwtune.tuner.plan import Plan, PlanItem
 from hwtune.tuner.schedule import order_refinements
 
@@ -140,8 +140,8 @@ class Tuner:
                               timeout_s=self.opts.timeout_s, run_id=run_id, pool=pool, seed=self.opts.seed,
                               on_record=store)
         else:
-            from hwtune.probes.all2all.measure import measure_all2all
             from hwtune.core import catalogue
+            from hwtune.probes.all2all.measure import measure_all2all
 
             assert isinstance(w, All2AllWorkload)
             known = catalogue.names("all2all")

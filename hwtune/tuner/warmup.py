@@ -16,11 +16,11 @@ from dataclasses import replace
 from typing import Callable
 
 from hwtune.core import catalogue
-from hwtune.probes.attention.measure import Planned, measure_attention, plan_candidates
-from hwtune.probes.timing import TimingOptions
-from hwtune.probes.attention.worker import WorkerPool
 from hwtune.core.devices import DeviceProfile
 from hwtune.core.types import AttentionWorkload
+from hwtune.probes.attention.measure import Planned, measure_attention, plan_candidates
+from hwtune.probes.attention.worker import WorkerPool
+from hwtune.probes.timing import TimingOptions
 from hwtune.tuner.plan import Plan
 
 _TINY = TimingOptions(time_cap_s=0.01, min_reps=1, max_reps=2, batch=1, warmup=0, flush_l2=False)

@@ -9,7 +9,13 @@ from hypothesis import strategies as st
 from hwtune.core import catalogue
 from hwtune.core.catalogue import AttentionRules, Feature
 from hwtune.core.devices import simulated
-from hwtune.core.types import DTYPE_ALIASES, KV_CACHE_DTYPE_ALIASES, QUANT_DTYPE_ALIASES, AttentionSpec, All2AllSpec
+from hwtune.core.types import (
+    DTYPE_ALIASES,
+    KV_CACHE_DTYPE_ALIASES,
+    QUANT_DTYPE_ALIASES,
+    All2AllSpec,
+    AttentionSpec,
+)
 from hwtune.core.validation import check
 
 ALL = catalogue.backends("attention") + catalogue.backends("all2all")

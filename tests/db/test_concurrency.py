@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from hwtune.db.store import Store
 from hwtune.core.records import MeasurementRecord
+from hwtune.db.store import Store
 from tests.db.helpers import attention
 
 PROCS, PER_PROC, BATCH = 8, 500, 25

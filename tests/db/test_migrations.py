@@ -11,12 +11,12 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
+from hwtune.core.errors import StoreOutdatedError
 from hwtune.db import migrate
 from hwtune.db.engine import make_engine
 from hwtune.db.models import TABLES, Base
 from hwtune.db.store import Store
 from hwtune.db.urls import resolve
-from hwtune.core.errors import StoreOutdatedError
 from tests.db.helpers import attention, cli
 
 

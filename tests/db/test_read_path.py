@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from hwtune.core.errors import StoreError
 from hwtune.db.readonly import open_for_selection
 from hwtune.db.store import Store
-from hwtune.core.errors import StoreError
 from tests.db.helpers import SPEC, attention
 
 SECRET = "hunter2-Sup3rS3cret"

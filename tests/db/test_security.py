@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from hwtune.core.errors import StoreError, StoreUnavailableError
 from hwtune.db import roles
 from hwtune.db.store import Store
 from hwtune.db.urls import check_local_filesystem, filesystem_type, mask, redact, resolve
-from hwtune.core.errors import StoreError, StoreUnavailableError
 from tests.db.conftest import admin_engine, pg_url_for
 from tests.db.helpers import attention, cli
 

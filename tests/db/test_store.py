@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from hwtune.db.store import Store
 from hwtune.core.errors import StoreDataError, StoreError
+from hwtune.db.store import Store
 from tests.db.helpers import B200, H100, SPEC, SPEC_FP8, all2all, attention, comparable, same_records, variety
 
 

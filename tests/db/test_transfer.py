@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from hwtune.core.errors import StoreDataError
 from hwtune.db.store import Store
 from hwtune.db.transfer import copy_measurements, export_jsonl, import_jsonl, record_line
-from hwtune.core.errors import StoreDataError
 from tests.db.helpers import attention, cli, same_records, variety
 
 

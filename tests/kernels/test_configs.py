@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from hwtune.core.catalogue.attention import TRITON_ATTN, TURBOQUANT
 from hwtune.kernels.configs import (
     HEAD_SIZES,
     MAX_SPLITS,
@@ -15,7 +16,6 @@ from hwtune.kernels.configs import (
     turboquant_config,
     workspace_size,
 )
-from hwtune.core.catalogue.attention import TRITON_ATTN, TURBOQUANT
 
 
 def _decode(**kw):

@@ -2,11 +2,11 @@
 
 import pytest
 
-from hwtune.probes.attention.measure import Planned, measure_attention, plan_candidates
-from hwtune.probes.timing import TimingOptions
-from hwtune.probes.attention.worker import WorkerPool
 from hwtune.core.devices import CPU_PROFILE
 from hwtune.core.types import AttentionSpec, AttentionWorkload
+from hwtune.probes.attention.measure import Planned, measure_attention, plan_candidates
+from hwtune.probes.attention.worker import WorkerPool
+from hwtune.probes.timing import TimingOptions
 
 FAST = TimingOptions(time_cap_s=0.05, min_reps=6, batch=6, warmup=1)
 SPEC = AttentionSpec(8, 2, 64, dtype="float32", block_size=16)

@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from hwtune.probes.attention.measure import Planned, measure_attention
-from hwtune.probes.timing import TimingOptions
-from hwtune.probes.attention.worker import WorkerPool
 from hwtune.core.devices import CPU_PROFILE
 from hwtune.core.types import AttentionSpec, AttentionWorkload
+from hwtune.probes.attention.measure import Planned, measure_attention
+from hwtune.probes.attention.worker import WorkerPool
+from hwtune.probes.timing import TimingOptions
 
 ROOT = str(Path(__file__).resolve().parents[2])
 WORKLOAD = AttentionWorkload(AttentionSpec(4, 2, 32, dtype="float32"), "decode", batch=3, context_len=40)

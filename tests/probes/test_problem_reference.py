@@ -5,12 +5,12 @@ import math
 import pytest
 import torch
 
+from hwtune.core.records import LatencyStats
+from hwtune.core.types import AttentionSpec, AttentionWorkload
 from hwtune.probes.attention.correctness import compare, tolerances
 from hwtune.probes.attention.problem import POISON, build_problem, split_halves, varied_lengths
 from hwtune.probes.attention.reference import merge_by_lse, reference_attention
 from hwtune.probes.timing import median_ci_rel
-from hwtune.core.records import LatencyStats
-from hwtune.core.types import AttentionSpec, AttentionWorkload
 
 SPEC = AttentionSpec(8, 2, 32, dtype="float32", block_size=16)
 

@@ -6,15 +6,15 @@ import time
 import pytest
 
 import hwtune
-from hwtune.db.sqlite_direct import SCHEMA_REVISION, read_for_selection
-from hwtune.db.store import Store
 from hwtune.core.devices import simulated
 from hwtune.core.environment import SoftwareStack, current_environment
+from hwtune.core.records import LatencyStats, MeasurementRecord
+from hwtune.core.types import AttentionSpec, AttentionWorkload
+from hwtune.db.sqlite_direct import SCHEMA_REVISION, read_for_selection
+from hwtune.db.store import Store
+from hwtune.selector.api import _cached
 from hwtune.selector.measured import Point, estimate
 from hwtune.selector.mix import MixPoint
-from hwtune.core.records import LatencyStats, MeasurementRecord
-from hwtune.selector.api import _cached
-from hwtune.core.types import AttentionSpec, AttentionWorkload
 
 SPEC = AttentionSpec(32, 8, 128)
 H100 = simulated("h100")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from hwtune.db.store import Store
 from hwtune.core.devices import CPU_PROFILE
 from hwtune.core.errors import InvalidSpecError
+from hwtune.db.store import Store
 from hwtune.tuner.plan import plan_from_toml
 from hwtune.tuner.run import TuneOptions, Tuner
 

@@ -11,7 +11,16 @@ from __future__ import annotations
 from hwtune.core.catalogue.all2all import ALL2ALL_BACKENDS
 from hwtune.core.catalogue.attention import ATTENTION_BACKENDS
 from hwtune.core.catalogue.base import (
-    FEATURE_WORDS, All2AllRules, AttentionRules, Backend, CCRange, EngineFlags, Feature, Hazard, IntRule, Probe,
+    FEATURE_WORDS,
+    All2AllRules,
+    AttentionRules,
+    Backend,
+    CCRange,
+    EngineFlags,
+    Feature,
+    Hazard,
+    IntRule,
+    Probe,
     Tactic,
 )
 from hwtune.core.catalogue.mla import MLA_BACKENDS

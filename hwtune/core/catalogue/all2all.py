@@ -12,7 +12,18 @@ Facts from vLLM's ``vllm/distributed/device_communicators/all2all.py``, ``vllm/c
 from __future__ import annotations
 
 from hwtune.core.catalogue.base import (
-    All2AllRules, Backend, CCRange, EngineFlags, Feature, Hazard, Probe, Tactic, fs, ints, multiple_of, priority,
+    All2AllRules,
+    Backend,
+    CCRange,
+    EngineFlags,
+    Feature,
+    Hazard,
+    Probe,
+    Tactic,
+    fs,
+    ints,
+    multiple_of,
+    priority,
 )
 from hwtune.core.packages import PackageRequirement
 

@@ -16,7 +16,17 @@ declare what those kernels implement, nothing more.
 from __future__ import annotations
 
 from hwtune.core.catalogue.base import (
-    AttentionRules, Backend, CCRange, EngineFlags, Feature, Probe, Tactic, fs, ints, multiple_of, priority,
+    AttentionRules,
+    Backend,
+    CCRange,
+    EngineFlags,
+    Feature,
+    Probe,
+    Tactic,
+    fs,
+    ints,
+    multiple_of,
+    priority,
 )
 from hwtune.core.packages import PackageRequirement
 

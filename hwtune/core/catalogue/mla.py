@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from hwtune.core.catalogue.attention import FLASHINFER_PKG, sglang, vllm
 from hwtune.core.catalogue.base import (
-    AttentionRules, Backend, CCRange, EngineFlags, Feature, Tactic, fs, ints, multiple_of, priority,
+    AttentionRules,
+    Backend,
+    CCRange,
+    EngineFlags,
+    Feature,
+    Tactic,
+    fs,
+    ints,
+    multiple_of,
+    priority,
 )
 from hwtune.core.packages import PackageRequirement
 

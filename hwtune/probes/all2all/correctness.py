@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
+from hwtune.core.types import All2AllSpec
 from hwtune.probes.all2all.candidates.base import Dispatched, LocalBatch, RankContext
 from hwtune.probes.all2all.payload import as_bytes, dequantize, nvfp4_global_scale, quantize
 from hwtune.probes.all2all.routing import make_hidden, make_routing, owner_rank
-from hwtune.core.types import All2AllSpec
 
 BF16_UNIT = 2.0**-8
 

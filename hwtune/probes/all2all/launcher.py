@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import hwtune
-from hwtune.probes.all2all.trial import EXIT_REPORTED, NO_MULTICAST_ENV, ItemResult, TrialOutcome, TrialSpec
+from hwtune.probes.all2all.trial import EXIT_REPORTED, ItemResult, TrialOutcome, TrialSpec
+from hwtune.probes.contract import NO_MULTICAST_ENV, signal_name, stderr_tail
 
 POLL_S = 0.05
 
@@ -79,24 +80,6 @@ def peek_exit(proc: subprocess.Popen) -> int | None:
     if info.si_code == os.CLD_EXITED:
         return info.si_status
     return -info.si_status
-
-
-def signal_name(num: int) -> str:
-    try:
-        return signal.Signals(num).name
-    except ValueError:
-        return f"signal {num}"
-
-
-def stderr_tail(path: Path, lines: int = 15) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 8192))
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.strip().splitlines()[-lines:])
 
 
 class _Lines:

@@ -16,16 +16,17 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from hwtune.probes.registry import missing_modules, probe_ref
-from hwtune.probes.all2all.launcher import run_trial
-from hwtune.probes.all2all.trial import ItemResult, TrialItem, TrialSpec
 from hwtune.core import catalogue
 from hwtune.core.devices import CPU_PROFILE, DeviceProfile
 from hwtune.core.environment import Environment, current_environment
 from hwtune.core.errors import InvalidSpecError
-from hwtune.core.records import LatencyStats, MeasurementRecord
+from hwtune.core.records import MeasurementRecord
 from hwtune.core.types import All2AllSpec, All2AllWorkload
 from hwtune.core.validation import check
+from hwtune.probes.all2all.launcher import run_trial
+from hwtune.probes.all2all.trial import ItemResult, TrialItem, TrialSpec
+from hwtune.probes.contract import to_record
+from hwtune.probes.registry import missing_modules, probe_ref
 
 DeviceKind = Literal["cuda", "cpu"]
 
@@ -84,39 +85,10 @@ def _preflight(
     return None, rejections
 
 
-def _record(
-    wl: All2AllWorkload,
-    backend: str,
-    res: ItemResult,
-    env: Environment,
-    profile: DeviceProfile,
-    run_id: str | None,
-    device: str,
-    extra: Mapping[str, Any],
-) -> MeasurementRecord:
-    stats = LatencyStats(**res.stats) if res.stats and res.status == "ok" else None
-    if res.status == "ok" and stats is None:
-        res = ItemResult(
-            "error", "internal error: an ok result came back without timing statistics", extra=res.extra
-        )
-    return MeasurementRecord(
-        kind="all2all",
-        workload=wl.to_dict(),
-        workload_key=wl.key(),
-        backend=backend,
-        tactic="default",
-        status=res.status,  # type: ignore[arg-type]
-        message=res.message,
-        stats=stats,
-        error=res.error,
-        timing_method=res.timing_method,
-        compile_time_s=res.compile_time_s,
-        environment=env.fingerprint(),
-        environment_hash=env.hash(),
-        gpu_uuid=profile.uuid,
-        run_id=run_id,
-        extra={**res.extra, **extra, "device": device},
-    )
+def _record(wl: All2AllWorkload, backend: str, res: ItemResult, env: Environment, run_id: str | None,
+            device: str, extra: Mapping[str, Any]) -> MeasurementRecord:
+    return to_record("all2all", wl, backend, "default", res.to_dict(), env=env, run_id=run_id,
+                     extra={**extra, "device": device})
 
 
 def measure_all2all_sweep(
@@ -168,16 +140,7 @@ def measure_all2all_sweep(
                 extra["explore"] = True
             if reason is not None:
                 records += [
-                    _record(
-                        wl,
-                        backend.name,
-                        ItemResult("unsupported", reason),
-                        env_fp,
-                        profile,
-                        run_id,
-                        device,
-                        extra,
-                    )
+                    _record(wl, backend.name, ItemResult("unsupported", reason), env_fp, run_id, device, extra)
                     for wl in group
                 ]
                 continue
@@ -205,16 +168,8 @@ def measure_all2all_sweep(
                         rejections
                     )
                 records.append(
-                    _record(
-                        wl,
-                        backend.name,
-                        res,
-                        env_fp,
-                        profile,
-                        run_id,
-                        device,
-                        {**extra, "groups_spawned": outcome.groups_spawned},
-                    )
+                    _record(wl, backend.name, res, env_fp, run_id, device,
+                            {**extra, "groups_spawned": outcome.groups_spawned})
                 )
     return records
 

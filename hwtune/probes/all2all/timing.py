@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from hwtune.probes.all2all.candidates.base import LocalBatch, RankContext
+from hwtune.probes.timing import median_ci_rel
 
 
 @dataclass
@@ -55,15 +56,10 @@ def reduce_max(ctx: RankContext, values: torch.Tensor) -> torch.Tensor:
 
 
 def median_ci95_rel(samples: list[float]) -> float | None:
-    """Half-width of the median's 95 % confidence interval (order statistics), relative to the median."""
-    n = len(samples)
-    if n < 6:
-        return None
-    xs = sorted(samples)
-    half = 1.96 * math.sqrt(n) / 2
-    lo, hi = max(0, int(math.floor(n / 2 - half))), min(n - 1, int(math.ceil(n / 2 + half)))
-    med = xs[n // 2]
-    return (xs[hi] - xs[lo]) / 2 / med if med > 0 else None
+    """The median's relative 95 % confidence half-width (``hwtune.probes.timing.median_ci_rel``), None when
+    too few samples pin it down (the record's field is nullable)."""
+    ci = median_ci_rel(samples)
+    return ci if math.isfinite(ci) else None
 
 
 def _capture(

@@ -20,16 +20,6 @@ Mode = Literal["candidate", "peak"]
 #: A rank's exit code after it wrote its own failure (its peers may still be stuck in a collective).
 EXIT_REPORTED = 3
 
-#: Environment every spawned rank gets. NVLink multicast (NVLS / NVLink SHARP) stays off: NCCL could pick it
-#: for all-gather / reduce-scatter on NVSwitch systems, and symmetric-memory paths use it; hwtune measures
-#: the unicast paths that engines run here (see docs/all2all.md, "Multicast").
-NO_MULTICAST_ENV: Mapping[str, str] = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
-
-
 @dataclass(frozen=True)
 class TrialItem:
     """One workload of the sweep: the spec is shared, tokens per rank and routing vary."""

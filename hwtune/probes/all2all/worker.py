@@ -37,12 +37,13 @@ class _Out:
 
 
 def _classify(exc: BaseException, stage: str) -> ItemResult:
-    from hwtune.probes.all2all.candidates.base import CandidateUnsupported, CapacityExceeded
+    from hwtune.probes.all2all.candidates.base import CapacityExceeded
     from hwtune.probes.all2all.payload import PayloadShapeError
+    from hwtune.probes.contract import Unsupported
 
     tail = traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:]
     extra = {"stage": stage, "traceback_tail": "".join(tail)[-3000:]}
-    if isinstance(exc, (CandidateUnsupported, PayloadShapeError)):
+    if isinstance(exc, (Unsupported, PayloadShapeError)):
         return ItemResult("unsupported", str(exc), extra=extra)
     if isinstance(exc, CapacityExceeded):
         return ItemResult("error", str(exc), extra=extra)
@@ -80,14 +81,14 @@ def _init(spec: TrialSpec, rank: int) -> Any:
 
 
 def _run_item(cand: Any, ctx: Any, spec: TrialSpec, index: int, setup_s: float) -> ItemResult:
-    from hwtune.probes.all2all import correctness as C
-    from hwtune.probes.all2all.payload import bytes_per_token
-    from hwtune.probes.all2all.routing import receive_load, remote_token_targets
-    from hwtune.probes.all2all.timing import median_ci95_rel, time_candidate
     from hwtune.core import catalogue
     from hwtune.core.catalogue import Feature
     from hwtune.core.records import LatencyStats
     from hwtune.core.types import All2AllSpec
+    from hwtune.probes.all2all import correctness as C
+    from hwtune.probes.all2all.payload import bytes_per_token
+    from hwtune.probes.all2all.routing import receive_load, remote_token_targets
+    from hwtune.probes.all2all.timing import median_ci95_rel, time_candidate
 
     a2a = All2AllSpec.from_dict(spec.spec)
     item = spec.items[index]
@@ -182,8 +183,8 @@ def main(argv: list[str]) -> int:
             out.event("begin", i=0)
             out.result(0, _peak(ctx, spec))
         else:
-            from hwtune.probes.registry import load_class
             from hwtune.core.types import All2AllSpec
+            from hwtune.probes.registry import load_class
 
             stage = "the candidate's set-up"
             t0 = time.perf_counter()

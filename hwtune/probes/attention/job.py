@@ -18,12 +18,12 @@ from typing import Any
 
 import torch
 
+from hwtune.core.types import AttentionWorkload
 from hwtune.probes.attention.candidates.base import Runner, Unsupported, load_candidate
 from hwtune.probes.attention.correctness import Verdict, compare, tolerances
 from hwtune.probes.attention.problem import build_problem, split_halves, varied_lengths
 from hwtune.probes.attention.reference import merge_by_lse, reference_attention
 from hwtune.probes.timing import TimingOptions, capture_graph, time_cpu, time_cuda
-from hwtune.core.types import AttentionWorkload
 
 
 class WrongAnswer(Exception):

@@ -10,16 +10,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Iterable, Sequence
 
-from hwtune.probes.timing import TimingOptions
-from hwtune.probes.attention.worker import WorkerPool
 from hwtune.core import catalogue
 from hwtune.core.catalogue import Backend, Feature
 from hwtune.core.devices import CPU_PROFILE, DeviceProfile
-from hwtune.core.environment import Environment, current_environment
+from hwtune.core.environment import current_environment
 from hwtune.core.errors import InvalidSpecError
-from hwtune.core.records import LatencyStats, MeasurementRecord
+from hwtune.core.records import MeasurementRecord
 from hwtune.core.types import AttentionWorkload
 from hwtune.core.validation import check, check_tactic
+from hwtune.probes.attention.worker import WorkerPool
+from hwtune.probes.contract import to_record
+from hwtune.probes.timing import TimingOptions
 
 
 def tactic_phases(workload: AttentionWorkload) -> tuple[str, ...]:
@@ -76,18 +77,6 @@ def plan_candidates(
     return out
 
 
-def _record(workload: AttentionWorkload, backend: str, tactic: str, result: dict, env: Environment,
-            run_id: str | None) -> MeasurementRecord:
-    stats = LatencyStats(**result["stats"]) if result.get("stats") else None
-    return MeasurementRecord(
-        kind="attention", workload=workload.to_dict(), workload_key=workload.key(), backend=backend,
-        tactic=tactic, status=result["status"], message=result.get("message", ""), stats=stats,
-        error=result.get("error"), timing_method=result.get("timing_method"),
-        compile_time_s=result.get("compile_time_s"), environment=env.fingerprint(),
-        environment_hash=env.hash(), gpu_uuid=env.device.uuid, run_id=run_id, extra=result.get("extra") or {},
-    )
-
-
 def measure_attention(
     workload: AttentionWorkload,
     candidates: Sequence[Planned] | None = None,
@@ -124,7 +113,7 @@ def measure_attention(
                     "candidate": (candidate_override or {}).get(c.backend),
                 }
                 result = pool.run(job, timeout_s)
-            rec = _record(workload, c.backend, c.tactic, result, env, run_id)
+            rec = to_record("attention", workload, c.backend, c.tactic, result, env=env, run_id=run_id)
             records.append(rec)
             if on_record is not None:
                 on_record(rec)

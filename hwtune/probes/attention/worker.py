@@ -25,31 +25,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Statuses after which the worker process is still trustworthy.
-HEALTHY = frozenset({"ok", "wrong_answer", "unsupported"})
-#: Variables every worker gets: NVLink multicast stays off (it can take a shared host's GPUs down).
-SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-
-
-def _tail(path: str, start: int, lines: int = 15) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(start)
-            text = fh.read().decode(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.strip().splitlines()[-lines:])
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "closed its result pipe while still running"
-    if code < 0:
-        try:
-            return f"was killed by signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code} without a result"
+from hwtune.probes.contract import HEALTHY, NO_MULTICAST_ENV, describe_exit, stderr_tail
 
 
 @dataclass
@@ -66,7 +42,7 @@ class WorkerPool:
     def _start(self) -> None:
         read_fd, write_fd = os.pipe()
         fd, self._log = tempfile.mkstemp(prefix="hwtune-worker-", suffix=".log")
-        env = {**os.environ, **SAFE_ENV, **self.env, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, **NO_MULTICAST_ENV, **self.env, "PYTHONUNBUFFERED": "1"}
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "hwtune.probes.attention.worker", "--result-fd", str(write_fd)],
             stdin=subprocess.PIPE, stdout=fd, stderr=fd, pass_fds=(write_fd,), env=env, start_new_session=True,
@@ -132,7 +108,7 @@ class WorkerPool:
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
             if left <= 0:
-                tail = _tail(self._log, log_start)
+                tail = stderr_tail(self._log, log_start)
                 self._kill()
                 return {"status": "timeout", "message": f"no result within {timeout_s:g} s; the worker's process "
                         "group was killed" + (f". Last output:\n{tail}" if tail else "")}
@@ -145,8 +121,8 @@ class WorkerPool:
                     code = self._proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     code = None
-                tail = _tail(self._log, log_start)
-                return {"status": "crashed", "message": f"the worker {_describe_exit(code)}"
+                tail = stderr_tail(self._log, log_start)
+                return {"status": "crashed", "message": f"the worker {describe_exit(code)}"
                         + (f". Last output:\n{tail}" if tail else "")}
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")

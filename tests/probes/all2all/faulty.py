@@ -9,7 +9,8 @@ import time
 import torch
 
 from hwtune.probes.all2all.candidates.allgather_reducescatter import AllGatherReduceScatterCandidate
-from hwtune.probes.all2all.candidates.base import CandidateUnsupported, Dispatched, LocalBatch
+from hwtune.probes.all2all.candidates.base import Dispatched, LocalBatch
+from hwtune.probes.contract import Unsupported
 
 
 class WrongCombineOnRank1(AllGatherReduceScatterCandidate):
@@ -63,7 +64,7 @@ class RaisesOnFirstWorkload(AllGatherReduceScatterCandidate):
 
 class RefusesSetup(AllGatherReduceScatterCandidate):
     def setup(self) -> None:
-        raise CandidateUnsupported("this candidate needs a frobnicator, which this host lacks")
+        raise Unsupported("this candidate needs a frobnicator, which this host lacks")
 
 
 class RefusesSetupOnRank1WhilePeerWaits(AllGatherReduceScatterCandidate):
@@ -72,7 +73,7 @@ class RefusesSetupOnRank1WhilePeerWaits(AllGatherReduceScatterCandidate):
 
     def setup(self) -> None:
         if self.ctx.rank == 1:
-            raise CandidateUnsupported("rank 1 lacks a frobnicator")
+            raise Unsupported("rank 1 lacks a frobnicator")
         import torch.distributed as dist
 
         dist.barrier(group=self.ctx.cpu_group)

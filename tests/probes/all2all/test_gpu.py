@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from hwtune.probes.all2all.measure import measure_all2all_sweep, measure_peak_bandwidth
 from hwtune.core.types import All2AllSpec, All2AllWorkload
+from hwtune.probes.all2all.measure import measure_all2all_sweep, measure_peak_bandwidth
 
 pytestmark = [pytest.mark.gpu, pytest.mark.multigpu]
 GPU = {"device": "cuda", "time_cap_s": 0.1, "timeout_s": 600, "min_iters": 5, "max_iters": 50}

@@ -12,10 +12,10 @@ import typer
 from typer.testing import CliRunner
 
 from hwtune.cli import bench_all2all
-from hwtune.probes.all2all.measure import measure_all2all
 from hwtune.core.devices import CPU_PROFILE
 from hwtune.core.environment import current_environment
 from hwtune.core.errors import InvalidSpecError, UnknownBackendError
+from hwtune.probes.all2all.measure import measure_all2all
 from tests.probes.all2all.conftest import wl
 
 NO_SPAWN = {"device": "cpu", "timeout_s": 30}

@@ -25,13 +25,8 @@ from typing import Any, ClassVar
 import torch
 import torch.distributed as dist
 
-from hwtune.probes.all2all.payload import Payload
 from hwtune.core.types import All2AllSpec
-
-
-class CandidateUnsupported(Exception):
-    """The candidate cannot run this spec here; the message is the reason it gave (recorded as
-    ``unsupported``)."""
+from hwtune.probes.all2all.payload import Payload
 
 
 class CapacityExceeded(Exception):

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import importlib.metadata as md
 
-from hwtune.probes.all2all.candidates.base import Candidate, CandidateUnsupported
+from hwtune.probes.all2all.candidates.base import Candidate
+from hwtune.probes.contract import Unsupported
 
 
 def _version() -> str:
@@ -26,7 +27,7 @@ class _DeepEP(Candidate):
     mode = ""
 
     def setup(self) -> None:
-        raise CandidateUnsupported(
+        raise Unsupported(
             f"deep_ep ({_version()}) is installed, but hwtune has no DeepEP {self.mode} driver yet, so "
             f"{self.name} cannot be measured here; measure it with DeepEP's own tests/benchmarks."
         )

@@ -18,7 +18,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from hwtune.probes.all2all.candidates.base import CandidateUnsupported, RankContext
+from hwtune.probes.all2all.candidates.base import RankContext
+from hwtune.probes.contract import Unsupported
 
 
 class TorchGroupComm:
@@ -52,15 +53,15 @@ class TorchGroupComm:
 
 def require_cuda(ctx: RankContext, name: str) -> None:
     if not ctx.is_cuda:
-        raise CandidateUnsupported(
+        raise Unsupported(
             f"{name} runs on NVIDIA GPUs only (FlashInfer NVLink kernels); this trial runs on the CPU."
         )
 
 
-def flashinfer_reason(what: str, exc: BaseException) -> CandidateUnsupported:
+def flashinfer_reason(what: str, exc: BaseException) -> Unsupported:
     """FlashInfer's own words for why it refused, as the ``unsupported`` reason."""
     text = str(exc).strip() or type(exc).__name__
-    return CandidateUnsupported(f"FlashInfer {what} failed: {type(exc).__name__}: {text}")
+    return Unsupported(f"FlashInfer {what} failed: {type(exc).__name__}: {text}")
 
 
 def pad_to_16_bytes(t: Any) -> Any:

@@ -7,13 +7,14 @@ installed the candidate says so (``unsupported``) rather than pretending to meas
 
 from __future__ import annotations
 
-from hwtune.probes.all2all.candidates.base import Candidate, CandidateUnsupported
+from hwtune.probes.all2all.candidates.base import Candidate
+from hwtune.probes.contract import Unsupported
 
 
 class PPLXCandidate(Candidate):
     name = "pplx"
 
     def setup(self) -> None:
-        raise CandidateUnsupported(
+        raise Unsupported(
             "pplx_kernels is installed, but hwtune has no pplx driver yet, so pplx cannot be measured here."
         )

@@ -14,17 +14,15 @@ import math
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
+from hwtune.probes.contract import Unsupported
+
 if TYPE_CHECKING:
     import torch
 
-    from hwtune.probes.attention.problem import AttentionProblem
     from hwtune.core.types import AttentionWorkload
+    from hwtune.probes.attention.problem import AttentionProblem
 
 LN2 = math.log(2.0)
-
-
-class Unsupported(Exception):
-    """The candidate cannot run this batch or tactic here; the message is the real reason."""
 
 
 class Runner(ABC):

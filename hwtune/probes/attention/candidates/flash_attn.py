@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
+from hwtune.core.types import AttentionWorkload
 from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported
 from hwtune.probes.attention.problem import AttentionProblem
-from hwtune.core.types import AttentionWorkload
 
 _VERSIONS = {"fa2": 2, "fa3": 3, "fa4": 4}
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
+from hwtune.core.types import AttentionWorkload
 from hwtune.probes.attention.candidates.base import LN2, Candidate, Runner, Unsupported
 from hwtune.probes.attention.problem import AttentionProblem
-from hwtune.core.types import AttentionWorkload
 
 WORKSPACE_BYTES = 256 << 20
 _PREFILL_BACKEND = {"fa2-tc": "fa2", "fa3": "fa3", "cudnn": "cudnn", "trtllm-gen": "trtllm-gen",

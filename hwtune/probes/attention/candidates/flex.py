@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
+from hwtune.core.types import AttentionWorkload
 from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported
 from hwtune.probes.attention.problem import AttentionProblem
-from hwtune.core.types import AttentionWorkload
 
 _COMPILED: dict[str, object] = {}
 

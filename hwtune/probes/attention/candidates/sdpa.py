@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from hwtune.core.types import AttentionWorkload
 from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported
 from hwtune.probes.attention.problem import AttentionProblem, _cumsum
-from hwtune.core.types import AttentionWorkload
 
 _KERNELS = {
     "flash": SDPBackend.FLASH_ATTENTION,

@@ -12,9 +12,9 @@ import dataclasses
 
 import torch
 
+from hwtune.core.types import AttentionWorkload
 from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported
 from hwtune.probes.attention.problem import AttentionProblem
-from hwtune.core.types import AttentionWorkload
 
 
 def _tq():  # noqa: ANN202 - module
