@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.progress import (
@@ -16,24 +16,14 @@ from rich.progress import (
 )
 from rich.table import Table
 
+if TYPE_CHECKING:
+    from hwtune.core.devices import DeviceProfile
+    from hwtune.core.records import MeasurementRecord
+    from hwtune.tuner.options import TuneOptions
+    from hwtune.tuner.plan import Plan
+    from hwtune.tuner.run import TuneReport
+
 from hwtune.cli.common import JsonOpt, console, emit_json, guarded
-from hwtune.core.errors import InvalidSpecError
-
-
-def _plan(model: Optional[Path], plan_file: Optional[Path], tp: int, ep: Optional[int], max_num_seqs: int,
-          max_model_len: Optional[int], kinds: list[str], quick: bool, profile: Any,
-          overrides: dict[str, Any]) -> Any:
-    from hwtune.tuner.plan import default_plan, plan_from_model, plan_from_toml
-
-    if plan_file is not None and model is not None:
-        raise InvalidSpecError("give --model or --plan, not both (a plan file can name its model)")
-    if plan_file is not None:
-        return plan_from_toml(plan_file, device=profile)
-    if model is not None:
-        return plan_from_model(model, tp=tp, ep=ep, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
-                               kinds=kinds, quick=quick, device=profile,
-                               attention_overrides={k: v for k, v in overrides.items() if v is not None})
-    return default_plan(quick=quick, device=profile, kinds=kinds)
 
 
 def _winners_table(records: list) -> Table:
@@ -78,53 +68,48 @@ def tune(
     json_out: bool = JsonOpt,
 ) -> None:
     """Tune this node: every valid backend and tactic on every planned workload, results stored as measured."""
-    from hwtune.core.detect import detect
-    from hwtune.core.devices import CPU_PROFILE
-    from hwtune.tuner.run import TuneOptions, Tuner, estimate_seconds
+    from hwtune.tuner.options import TuneOptions, parse_backends, parse_kinds, resolve_profile
+    from hwtune.tuner.plan import build_plan
 
-    kind_list = [k.strip() for k in kinds.split(",") if k.strip()]
-    if not kind_list or set(kind_list) - {"attention", "all2all"}:
-        raise InvalidSpecError(f"--kinds takes attention and/or all2all, not {kinds!r}")
-    if budget is not None and budget <= 0:
-        raise InvalidSpecError("--budget must be a positive number of minutes")
-    if lease < 3:
-        raise InvalidSpecError("--lease must be at least 3 seconds (the heartbeat renews it every lease/3)")
-    if resume and fresh:
-        raise InvalidSpecError("--resume continues a run and --fresh starts over: give one")
-    if device not in ("auto", "cuda", "cpu"):
-        raise InvalidSpecError(f"--device takes auto, cuda or cpu, not {device!r} (to plan for another GPU "
-                               "model without it, use `hwtune select --device NAME`; tuning measures this node)")
-    profile = detect()
-    if device == "cuda" and not profile.is_cuda:
-        raise InvalidSpecError("--device cuda: no NVIDIA GPU was found on this node (NVML saw none); "
-                               "run on the GPU node, or use --device cpu to exercise the pipeline on the CPU")
-    if device == "cpu" or (device == "auto" and not profile.is_cuda):
-        profile = CPU_PROFILE
+    opts = TuneOptions(backends=parse_backends(backends), budget_s=budget * 60 if budget is not None else None,
+                       time_cap_s=time_cap, timeout_s=timeout, resume=resume, fresh=fresh, device=device,
+                       warmup=not no_warmup, lease_s=lease)
+    opts.check()
+    kind_list = parse_kinds(kinds)
+    profile = resolve_profile(device)
     overrides = dict(kv_cache_dtype=kv_cache_dtype, block_size=block_size, kv_layout=kv_layout, dcp_size=dcp,
                      spec_tokens=spec_tokens)
-    plan = _plan(model, plan_file, tp, ep, max_num_seqs, max_model_len, kind_list, quick, profile, overrides)
-    backend_list = tuple(b.strip() for b in backends.split(",")) if backends else None
-    if backend_list:
-        from hwtune.core import catalogue
-
-        for b in backend_list:
-            catalogue.get_any(b.partition(":")[0])  # unknown: exit 2, listing the known names
+    plan = build_plan(model, plan_file, tp=tp, ep=ep, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
+                      kinds=kind_list, quick=quick, device=profile, attention_overrides=overrides)
     if dry_run:
-        est = estimate_seconds(plan, profile, backend_list)
-        if json_out:
-            emit_json({"plan": plan.to_dict(), "estimated_seconds": est, "device": profile.describe()})
-            return
-        console.print(f"plan {plan.name!r} ({plan.digest()}): {len(plan.items)} workloads on {profile.describe()}, "
-                      f"estimated {est / 60:.1f} min")
-        for item in plan.items:
-            from hwtune.tuner.run import _describe
-
-            console.print(f"  [level {item.level}] {_describe(item)}", markup=False)
-        for note in plan.notes:
-            console.print(f"  note: {note}", markup=False)
+        _print_dry_run(plan, profile, opts, json_out)
         return
+    report, records = _run(plan, profile, opts, db, json_out)
+    _print_report(report, records, json_out)
+    if report.state == "interrupted" and not budget:
+        raise typer.Exit(130)
 
+
+def _print_dry_run(plan: Plan, profile: DeviceProfile, opts: TuneOptions, json_out: bool) -> None:
+    from hwtune.tuner.run import describe_item, estimate_seconds
+
+    est = estimate_seconds(plan, profile, opts.backends)
+    if json_out:
+        emit_json({"plan": plan.to_dict(), "estimated_seconds": est, "device": profile.describe()})
+        return
+    console.print(f"plan {plan.name!r} ({plan.digest()}): {len(plan.items)} workloads on {profile.describe()}, "
+                  f"estimated {est / 60:.1f} min")
+    for item in plan.items:
+        console.print(f"  [level {item.level}] {describe_item(item)}", markup=False)
+    for note in plan.notes:
+        console.print(f"  note: {note}", markup=False)
+
+
+def _run(plan: Plan, profile: DeviceProfile, opts: TuneOptions, db: Optional[str],
+         json_out: bool) -> tuple[TuneReport, list[MeasurementRecord]]:
+    """Run the tuner with a progress bar on stderr; returns its report and the run's records."""
     from hwtune.db.store import Store
+    from hwtune.tuner.run import Tuner
 
     with Store.open(db) as store, Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -138,25 +123,23 @@ def tune(
             else:
                 bar.update(task, completed=done, total=total, description=message)
 
-        opts = TuneOptions(backends=backend_list, budget_s=budget * 60 if budget else None, time_cap_s=time_cap,
-                           timeout_s=timeout, resume=resume, fresh=fresh, device=device, warmup=not no_warmup,
-                           lease_s=lease)
         report = Tuner(plan, store, opts, profile=profile, progress=progress).run()
-        records = store.measurements(run_id=report.run_id)
-    if json_out:
-        from hwtune.tuner.report import winners
+        return report, store.measurements(run_id=report.run_id)
 
+
+def _print_report(report: TuneReport, records: list[MeasurementRecord], json_out: bool) -> None:
+    from hwtune.tuner.report import winners
+
+    if json_out:
         emit_json({**vars(report), "winners": [w.to_dict() for w in winners(records)]})
-    else:
-        console.print(_winners_table(records))
-        console.print(f"{report.state}: {report.items_done} workloads, {report.records} records "
-                      f"({', '.join(f'{k} {v}' for k, v in sorted(report.statuses.items()))}) in "
-                      f"{report.elapsed_s / 60:.1f} min; run {report.run_id}, environment {report.environment_hash}",
+        return
+    console.print(_winners_table(records))
+    console.print(f"{report.state}: {report.items_done} workloads, {report.records} records "
+                  f"({', '.join(f'{k} {v}' for k, v in sorted(report.statuses.items()))}) in "
+                  f"{report.elapsed_s / 60:.1f} min; run {report.run_id}, environment {report.environment_hash}",
+                  markup=False)
+    if report.compile_s:
+        console.print("JIT compile (s): " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(report.compile_s.items())),
                       markup=False)
-        if report.compile_s:
-            console.print("JIT compile (s): " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(report.compile_s.items())),
-                          markup=False)
-        for note in report.notes:
-            console.print(f"note: {note}", markup=False)
-    if report.state == "interrupted" and not budget:
-        raise typer.Exit(130)
+    for note in report.notes:
+        console.print(f"note: {note}", markup=False)

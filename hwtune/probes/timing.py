@@ -56,8 +56,9 @@ def _done(samples: list[float], opts: TimingOptions, started: float) -> bool:
     return median_ci_rel(samples) <= opts.target_ci or time.perf_counter() - started > opts.time_cap_s
 
 
-def time_cpu(fn: Callable[[], Any], opts: TimingOptions = TimingOptions()) -> tuple[LatencyStats, str]:
+def time_cpu(fn: Callable[[], Any], opts: TimingOptions | None = None) -> tuple[LatencyStats, str]:
     """Wall-clock per call (CPU candidates)."""
+    opts = opts or TimingOptions()
     for _ in range(opts.warmup):
         fn()
     samples: list[float] = []
@@ -71,11 +72,12 @@ def time_cpu(fn: Callable[[], Any], opts: TimingOptions = TimingOptions()) -> tu
 
 
 def time_cuda(
-    fn: Callable[[], Any], *, l2_bytes: int, opts: TimingOptions = TimingOptions(), graph: Any | None = None,
+    fn: Callable[[], Any], *, l2_bytes: int, opts: TimingOptions | None = None, graph: Any | None = None,
 ) -> tuple[LatencyStats, str]:
     """Per-iteration CUDA-event times of ``fn`` (or of ``graph.replay()`` when a captured graph is given)."""
     import torch
 
+    opts = opts or TimingOptions()
     run = graph.replay if graph is not None else fn
     flush = torch.empty(max(2 * l2_bytes, 1 << 20), dtype=torch.uint8, device="cuda") if opts.flush_l2 else None
     cycles = int(opts.lead_us * _clock_mhz())

@@ -87,83 +87,85 @@ def _mix(kind: str, spec: Spec, max_num_seqs: int, max_model_len: int, profile: 
     return workload_mix(max_num_seqs, max_model_len, profile, spec.query_len_decode)
 
 
-def _select(
-    kind: str, spec: Spec, device: DeviceProfile, requested: str | None, how: str, assume_installed: bool,
-    db: str | bool | None = False, max_num_seqs: int = 256, max_model_len: int = 32768, profile: str = "balanced",
-) -> Selection:
-    mla = isinstance(spec, AttentionSpec) and spec.use_mla
-    declared = catalogue.backends(kind)
-    requested_backend = catalogue.get(kind, requested) if requested else None  # unknown name: exit 2
-    mix = _mix(kind, spec, max_num_seqs, max_model_len, profile)  # bad profile: exit 2 before any I/O
-
+def _valid_set(kind: str, spec: Spec, device: DeviceProfile, assume_installed: bool,
+               evidence: Any) -> tuple[list[Backend], dict[str, list[Rejection]]]:
+    """The backends the catalogue allows for ``spec`` here, minus those measured crashing or wrong here."""
     rejections: dict[str, list[Rejection]] = {}
     valid: list[Backend] = []
-    for b in declared:
+    for b in catalogue.backends(kind):
         reasons = check(b, spec, device, assume_installed=assume_installed)
         if reasons:
             rejections[b.name] = reasons
         else:
             valid.append(b)
-
-    evidence, notes = _evidence(kind, spec, device, db)
     if evidence is not None:  # measured facts: a crash or a wrong answer here rejects the backend
         for name, facts in evidence.disqualified.items():
             if any(b.name == name for b in valid):
                 rejections[name] = [Rejection("measured", f) for f in facts[:3]]
                 valid = [b for b in valid if b.name != name]
+    return valid, rejections
 
+
+def _static_ranking(kind: str, spec: Spec, device: DeviceProfile, valid: list[Backend],
+                    assume_installed: bool) -> list[RankedBackend]:
+    """The valid backends in the static order of the device's architecture family."""
+    mla = isinstance(spec, AttentionSpec) and spec.use_mla
+    declared = catalogue.backends(kind)
     order = list(backend_order(kind, mla, device.family))
     position = {name: i for i, name in enumerate(order)}
-    valid.sort(key=lambda b: (position.get(b.name, len(order)), declared.index(b)))
-    static = [
-        RankedBackend(
-            backend=b.name, source="static",
-            tactics=static_tactics(b, spec, device, assume_installed=assume_installed),
-            detail=f"static priority for {describe_family(device.family)}",
-        )
-        for b in valid
+    ordered = sorted(valid, key=lambda b: (position.get(b.name, len(order)), declared.index(b)))
+    return [
+        RankedBackend(backend=b.name, source="static",
+                      tactics=static_tactics(b, spec, device, assume_installed=assume_installed),
+                      detail=f"static priority for {describe_family(device.family)}")
+        for b in ordered
     ]
-    ranked, per_phase, dispatch = static, {}, ()
-    if evidence is not None:
-        notes = notes + evidence.notes
-        ranked, per_phase = measured_rank(static, evidence, mix)
-    if not any(r.source != "static" for r in ranked):
-        notes.append(f"static priorities for {describe_family(device.family)}")
-    for b in valid:  # measured run-time failure modes the spec cannot rule out: say how to avoid them
-        notes += [f"{b.name}: {h.message} ({h.source})" for h in b.hazards if h.applies(spec)]
 
-    if requested_backend is not None:
-        if requested_backend.name in rejections:
+
+def _choose(kind: str, spec: Spec, device: DeviceProfile, requested: Backend | None, how: str,
+            ranked: list[RankedBackend], rejections: dict[str, list[Rejection]]) -> RankedBackend:
+    """The requested backend when valid (a loud error when not), else the first ranked one."""
+    if requested is not None:
+        if requested.name in rejections:
             raise BackendNotValidError(
-                not_valid_message(kind, requested_backend, rejections[requested_backend.name],
-                                  [r.backend for r in ranked], spec, device, how),
-                backend=requested_backend.name,
-                reasons=[r.message for r in rejections[requested_backend.name]],
+                not_valid_message(kind, requested, rejections[requested.name], [r.backend for r in ranked], spec,
+                                  device, how),
+                backend=requested.name, reasons=[r.message for r in rejections[requested.name]],
                 valid=[r.backend for r in ranked],
             )
-        chosen = next(r for r in ranked if r.backend == requested_backend.name)
-    elif not ranked:
+        return next(r for r in ranked if r.backend == requested.name)
+    if not ranked:
         raise NoValidBackendError(
             no_valid_message(kind, rejections, spec, device),
             {name: [r.message for r in rs] for name, rs in rejections.items()},
         )
-    else:
-        chosen = ranked[0]
+    return ranked[0]
+
+
+def _select(
+    kind: str, spec: Spec, device: DeviceProfile, requested: str | None, how: str, assume_installed: bool,
+    db: str | bool | None = False, max_num_seqs: int = 256, max_model_len: int = 32768, profile: str = "balanced",
+) -> Selection:
+    requested_backend = catalogue.get(kind, requested) if requested else None  # unknown name: exit 2
+    mix = _mix(kind, spec, max_num_seqs, max_model_len, profile)  # bad profile: exit 2 before any I/O
+    evidence, notes = _evidence(kind, spec, device, db)
+    valid, rejections = _valid_set(kind, spec, device, assume_installed, evidence)
+    ranked, per_phase, dispatch = _static_ranking(kind, spec, device, valid, assume_installed), {}, ()
+    if evidence is not None:
+        notes = notes + evidence.notes
+        ranked, per_phase = measured_rank(ranked, evidence, mix)
+    if not any(r.source != "static" for r in ranked):
+        notes.append(f"static priorities for {describe_family(device.family)}")
+    for b in valid:  # measured run-time failure modes the spec cannot rule out: say how to avoid them
+        notes += [f"{b.name}: {h.message} ({h.source})" for h in b.hazards if h.applies(spec)]
+    chosen = _choose(kind, spec, device, requested_backend, how, ranked, rejections)
     if evidence is not None and chosen.source != "static":
         dispatch = dispatch_table(evidence, chosen.backend, max_num_seqs, max(max_model_len, 16))
-
     return Selection(
-        kind=kind,
-        spec=spec.to_dict(),
-        device=device,
-        backend=chosen.backend,
-        tactics=dict(chosen.tactics),
-        ranked=tuple(ranked),
-        rejected={name: tuple(r.message for r in rs) for name, rs in rejections.items()},
-        requested=requested_backend.name if requested_backend else None,
-        notes=tuple(notes),
-        per_phase=per_phase,
-        dispatch=dispatch,
+        kind=kind, spec=spec.to_dict(), device=device, backend=chosen.backend, tactics=dict(chosen.tactics),
+        ranked=tuple(ranked), rejected={name: tuple(r.message for r in rs) for name, rs in rejections.items()},
+        requested=requested_backend.name if requested_backend else None, notes=tuple(notes),
+        per_phase=per_phase, dispatch=dispatch,
     )
 
 

@@ -202,6 +202,22 @@ def default_plan(*, quick: bool = False, device: DeviceProfile | None = None,
                 time_cap_s=1.0 if quick else 2.0, backends=QUICK_BACKENDS if quick else None)
 
 
+def build_plan(model: str | Path | None, plan_file: str | Path | None, *, tp: int = 1, ep: int | None = None,
+               max_num_seqs: int = 256, max_model_len: int | None = None, kinds: Iterable[str] = ("attention",),
+               quick: bool = False, device: DeviceProfile | None = None,
+               attention_overrides: Mapping[str, Any] | None = None) -> Plan:
+    """The plan a tune run measures: from a plan file, from a model's config.json, or the default plan."""
+    if plan_file is not None and model is not None:
+        raise InvalidSpecError("give --model or --plan, not both (a plan file can name its model)")
+    if plan_file is not None:
+        return plan_from_toml(plan_file, device=device)
+    if model is not None:
+        overrides = {k: v for k, v in (attention_overrides or {}).items() if v is not None}
+        return plan_from_model(model, tp=tp, ep=ep, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
+                               kinds=list(kinds), quick=quick, device=device, attention_overrides=overrides)
+    return default_plan(quick=quick, device=device, kinds=list(kinds))
+
+
 def _ints(value: Any, what: str, minimum: int = 1) -> tuple[int, ...]:
     vals = value if isinstance(value, list) else [value]
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in vals):

@@ -18,34 +18,21 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from hwtune.core import catalogue
 from hwtune.core.devices import CPU_PROFILE, DeviceProfile
 from hwtune.core.environment import Environment, current_environment
 from hwtune.core.errors import InvalidSpecError
 from hwtune.core.records import MeasurementRecord
+from hwtune.core.result_store import ResultStore
 from hwtune.core.types import All2AllWorkload, AttentionWorkload, workload_from_dict
 from hwtune.probes.attention.measure import measure_attention, plan_candidates
 from hwtune.probes.attention.worker import WorkerPool
 from hwtune.probes.timing import TimingOptions
+from hwtune.tuner.options import TuneOptions
 from hwtune.tuner.plan import Plan, PlanItem
 from hwtune.tuner.schedule import order_refinements
-
-
-@dataclass
-class TuneOptions:
-    backends: tuple[str, ...] | None = None
-    budget_s: float | None = None
-    time_cap_s: float | None = None  # None: the plan's
-    timeout_s: float = 600.0
-    resume: bool = False
-    fresh: bool = False
-    device: str = "auto"  # auto | cuda | cpu
-    lease_s: float = 120.0
-    warmup: bool = True
-    warmup_parallel: int = 4
-    seed: int = 0
 
 
 @dataclass
@@ -72,10 +59,14 @@ def plan_queue_id(plan: Plan, env: Environment) -> str:
 
 
 class Tuner:
-    def __init__(self, plan: Plan, store: Any, options: TuneOptions = TuneOptions(),
+    """Measures a plan's items through the store's work queue (see the module docstring)."""
+
+    def __init__(self, plan: Plan, store: ResultStore, options: TuneOptions | None = None,
                  profile: DeviceProfile | None = None, progress: Progress | None = None) -> None:
         from hwtune.core.detect import detect
 
+        options = options or TuneOptions()
+        options.check()
         self.plan, self.store, self.opts = plan, store, options
         detected = profile or detect()
         self.device = options.device if options.device != "auto" else ("cuda" if detected.is_cuda else "cpu")
@@ -153,69 +144,22 @@ class Tuner:
     # --- the run --------------------------------------------------------------------------------------
 
     def run(self) -> TuneReport:
+        """Measure every item of the plan (coarse grid first, then refinements ordered by where backends
+        cross over), storing each record as soon as it exists; returns what happened."""
         queue_id = self._queue_id()
-        items = {i.key: i for i in self.plan.items}
-        coarse = [i for i in self.plan.items if i.level == 0]
-        refine = [i for i in self.plan.items if i.level > 0]
         run_id = self.store.start_run(plan={**self.plan.to_dict(), "queue_id": queue_id},
                                       budget_s=self.opts.budget_s)
         report = TuneReport(queue_id, run_id, self.env.hash(), self.profile.describe(), notes=list(self.plan.notes))
-        self.store.enqueue(queue_id, [(i.key, i.to_dict()) for i in coarse])
-        refinements_queued = not refine
+        self.store.enqueue(queue_id, [(i.key, i.to_dict()) for i in self.plan.items if i.level == 0])
         started = time.monotonic()
-        durations: list[float] = []
-        beat = threading.Thread(target=self._heartbeat, args=(queue_id,), daemon=True)
-        beat.start()
-        total = len(items)
+        threading.Thread(target=self._heartbeat, args=(queue_id,), daemon=True).start()
         try:
             if self.opts.warmup and self.device == "cuda":
                 from hwtune.tuner.warmup import warm_up
 
                 report.compile_s.update(warm_up(self.plan, self.profile, self.opts.backends or self.plan.backends,
                                                 parallel=self.opts.warmup_parallel, progress=self.progress))
-            with WorkerPool() as pool:
-                while True:
-                    elapsed = time.monotonic() - started
-                    if self.opts.budget_s is not None:
-                        estimate = (sum(durations) / len(durations)) if durations else 0.0
-                        if elapsed + estimate > self.opts.budget_s:
-                            report.items_skipped_budget = self.store.queue_state(queue_id).get("pending", 0)
-                            report.notes.append(
-                                f"budget of {self.opts.budget_s / 60:.1f} min reached after {elapsed / 60:.1f} min; "
-                                f"{report.items_skipped_budget} item(s) left pending (continue with --resume)")
-                            report.state = "interrupted"
-                            break
-                    claimed = self.store.claim(queue_id, self.worker, 1, self.opts.lease_s)
-                    if not claimed:
-                        if not refinements_queued:
-                            done_records = self.store.measurements(
-                                workload_keys=[i.key for i in coarse], environment_hash=self.env.hash())
-                            ordered = order_refinements(refine, coarse, done_records)
-                            self.store.enqueue(queue_id, [(i.key, i.to_dict()) for i in ordered])
-                            refinements_queued = True
-                            continue
-                        state = self.store.queue_state(queue_id)
-                        if state.get("claimed", 0):  # other nodes are still working: wait for them or their leases
-                            self.progress("wait", report.items_done, total, "waiting for other nodes' items")
-                            time.sleep(min(0.5, self.opts.lease_s / 10))  # short: this is the plan's tail
-                            continue
-                        break
-                    key, payload = claimed[0]
-                    item = items.get(key) or PlanItem(workload_from_dict(payload["kind"], payload["workload"]),
-                                                      int(payload.get("level", 0)))
-                    with self._lock:
-                        self._held.add(key)
-                    t0 = time.monotonic()
-                    self.progress("start", report.items_done, total, _describe(item))
-                    try:
-                        self._measure(item, queue_id, run_id, pool, report)
-                        self.store.complete(queue_id, key, True, self.worker)
-                    finally:
-                        with self._lock:
-                            self._held.discard(key)
-                    durations.append(time.monotonic() - t0)
-                    report.items_done += 1
-                    self.progress("done", report.items_done, total, _describe(item))
+            self._work(queue_id, run_id, report, started)
             if report.state == "running":
                 report.state = "done"
         except KeyboardInterrupt:
@@ -226,7 +170,7 @@ class Tuner:
             report.elapsed_s = time.monotonic() - started
             try:
                 self.store.finish_run(run_id, report.state)
-            except Exception:
+            except Exception:  # the report still says what happened; the run row stays "running"
                 pass
         failed = self.store.queue_state(queue_id).get("failed", 0)
         if failed:
@@ -234,8 +178,70 @@ class Tuner:
                                 "`hwtune show --status crashed`")
         return report
 
+    def _work(self, queue_id: str, run_id: str, report: TuneReport, started: float) -> None:
+        """Claim and measure items until the queue is empty or the budget is spent."""
+        items = {i.key: i for i in self.plan.items}
+        refine = [i for i in self.plan.items if i.level > 0]
+        durations: list[float] = []
+        with WorkerPool() as pool:
+            while not self._budget_spent(queue_id, report, started, durations):
+                claimed = self.store.claim(queue_id, self.worker, 1, self.opts.lease_s)
+                if not claimed:
+                    if refine:
+                        self._enqueue_refinements(queue_id, refine)
+                        refine = []
+                        continue
+                    if self.store.queue_state(queue_id).get("claimed", 0):  # others still work: wait
+                        self.progress("wait", report.items_done, len(items), "waiting for other nodes' items")
+                        time.sleep(min(0.5, self.opts.lease_s / 10))  # short: this is the plan's tail
+                        continue
+                    return
+                key, payload = claimed[0]
+                item = items.get(key) or PlanItem(workload_from_dict(payload["kind"], payload["workload"]),
+                                                  int(payload.get("level", 0)))
+                t0 = time.monotonic()
+                self._measure_claimed(item, queue_id, run_id, pool, report, len(items))
+                durations.append(time.monotonic() - t0)
 
-def _describe(item: PlanItem) -> str:
+    def _budget_spent(self, queue_id: str, report: TuneReport, started: float, durations: list[float]) -> bool:
+        """True (with the report saying so) when the next item would not fit in the budget."""
+        if self.opts.budget_s is None:
+            return False
+        elapsed = time.monotonic() - started
+        estimate = (sum(durations) / len(durations)) if durations else 0.0
+        if elapsed + estimate <= self.opts.budget_s:
+            return False
+        report.items_skipped_budget = self.store.queue_state(queue_id).get("pending", 0)
+        report.notes.append(f"budget of {self.opts.budget_s / 60:.1f} min reached after {elapsed / 60:.1f} min; "
+                            f"{report.items_skipped_budget} item(s) left pending (continue with --resume)")
+        report.state = "interrupted"
+        return True
+
+    def _enqueue_refinements(self, queue_id: str, refine: list[PlanItem]) -> None:
+        """Queue the refinement items, where the coarse results say backends or tactics cross over first."""
+        coarse = [i for i in self.plan.items if i.level == 0]
+        done = self.store.measurements(workload_keys=[i.key for i in coarse], environment_hash=self.env.hash())
+        ordered = order_refinements(refine, coarse, done)
+        self.store.enqueue(queue_id, [(i.key, i.to_dict()) for i in ordered])
+
+    def _measure_claimed(self, item: PlanItem, queue_id: str, run_id: str, pool: WorkerPool,
+                         report: TuneReport, total: int) -> None:
+        """Measure one claimed item under its lease and mark it complete."""
+        with self._lock:
+            self._held.add(item.key)
+        self.progress("start", report.items_done, total, describe_item(item))
+        try:
+            self._measure(item, queue_id, run_id, pool, report)
+            self.store.complete(queue_id, item.key, True, self.worker)
+        finally:
+            with self._lock:
+                self._held.discard(item.key)
+        report.items_done += 1
+        self.progress("done", report.items_done, total, describe_item(item))
+
+
+def describe_item(item: PlanItem) -> str:
+    """One line naming a plan item, for progress and dry runs."""
     w = item.workload
     if isinstance(w, AttentionWorkload):
         q = f" q{w.query_len}" if w.phase != "decode" else ""

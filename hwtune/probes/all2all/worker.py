@@ -80,87 +80,74 @@ def _init(spec: TrialSpec, rank: int) -> Any:
     )
 
 
-def _run_item(cand: Any, ctx: Any, spec: TrialSpec, index: int, setup_s: float) -> ItemResult:
-    from hwtune.core import catalogue
-    from hwtune.core.catalogue import Feature
-    from hwtune.core.records import LatencyStats
-    from hwtune.core.types import All2AllSpec
+def _check_rounds(cand: Any, ctx: Any, spec: TrialSpec, a2a: Any, item: Any) -> tuple[bool, str, dict, Any, Any]:
+    """Correctness on two different batches (the second catches stale state), agreed across ranks: (passed,
+    message, worst figures, the last round's sources, its expert outputs)."""
     from hwtune.probes.all2all import correctness as C
-    from hwtune.probes.all2all.payload import bytes_per_token
-    from hwtune.probes.all2all.routing import receive_load, remote_token_targets
-    from hwtune.probes.all2all.timing import median_ci95_rel, time_candidate
 
-    a2a = All2AllSpec.from_dict(spec.spec)
-    item = spec.items[index]
-    extra: dict[str, Any] = {
-        "tokens_per_rank": item.tokens_per_rank,
-        "routing": item.routing,
-        "world_size": ctx.world_size,
-        "seed": spec.seed,
-        "setup_s": setup_s,
-    }
-    passed, message = True, ""
     figures: dict[str, float] = {}
-    sources = None
-    expert_out = None
-    for round_seed in (spec.seed, spec.seed + 1):  # the second, different batch catches stale state
+    sources = expert_out = None
+    for round_seed in (spec.seed, spec.seed + 1):
         sources = C.build_sources(a2a, item.tokens_per_rank, item.routing, seed=round_seed, device=ctx.device)
         verdict, _, expert_out = C.check_round(cand, ctx, a2a, sources)
         ok, msg, figs = C.agree(ctx, verdict)
         figures = {k: max(v, figures.get(k, v)) for k, v in figs.items()}
         if not ok:
-            passed, message = False, f"round with seed {round_seed}: {msg}"
-            break
-    assert sources is not None and expert_out is not None
+            return False, f"round with seed {round_seed}: {msg}", figures, sources, expert_out
+    return True, "", figures, sources, expert_out
+
+
+def _throughput(a2a: Any, ids: list[Any], tm: Any, median_us: float, peak_gbps: float | None) -> dict[str, Any]:
+    """Per-half medians and useful bytes moved: each token once to each other rank holding one of its
+    experts (payload out, bf16 back), as achieved GB/s and, where the peak is known, its fraction."""
+    from hwtune.core.records import LatencyStats
+    from hwtune.probes.all2all.payload import bytes_per_token
+    from hwtune.probes.all2all.routing import remote_token_targets
+
+    payload_b = bytes_per_token(a2a.quant_dtype, a2a.hidden_size)
+    remote = [remote_token_targets(t, a2a.num_experts, a2a.ep_size, r) for r, t in enumerate(ids)]
+    useful = [n * (payload_b + 2 * a2a.hidden_size) for n in remote]
+    mean_useful = sum(useful) / len(useful)
+    achieved = mean_useful / (median_us * 1e-6) / 1e9 if median_us > 0 else None
+    out: dict[str, Any] = dict(
+        dispatch_median_us=LatencyStats.from_samples(tm.dispatch_us).median_us,
+        combine_median_us=LatencyStats.from_samples(tm.combine_us).median_us,
+        payload_bytes_per_token=payload_b, useful_bytes_per_rank=mean_useful,
+        max_useful_bytes_per_rank=max(useful), achieved_gbps=achieved,
+    )
+    if peak_gbps and achieved is not None:
+        out.update(peak_gbps=peak_gbps, fraction_of_peak=achieved / peak_gbps)
+    return out
+
+
+def _run_item(cand: Any, ctx: Any, spec: TrialSpec, index: int, setup_s: float) -> ItemResult:
+    """One workload on this rank: correctness first (agreed by all ranks), then timing."""
+    from hwtune.core import catalogue
+    from hwtune.core.catalogue import Feature
+    from hwtune.core.records import LatencyStats
+    from hwtune.core.types import All2AllSpec
+    from hwtune.probes.all2all.routing import receive_load
+    from hwtune.probes.all2all.timing import median_ci95_rel, time_candidate
+
+    a2a = All2AllSpec.from_dict(spec.spec)
+    item = spec.items[index]
+    extra: dict[str, Any] = {"tokens_per_rank": item.tokens_per_rank, "routing": item.routing,
+                             "world_size": ctx.world_size, "seed": spec.seed, "setup_s": setup_s}
+    passed, message, figures, sources, expert_out = _check_rounds(cand, ctx, spec, a2a, item)
     ids = [b.topk_ids for b in sources.batches]
     extra["receive_load_pairs"] = receive_load(ids, a2a.num_experts, a2a.ep_size)
     if not passed:
         return ItemResult("wrong_answer", message, error=figures, compile_time_s=setup_s, extra=extra)
-
-    batch = sources.batches[ctx.rank]
     tm = time_candidate(
-        cand,
-        ctx,
-        batch,
-        expert_out,
-        time_cap_s=spec.time_cap_s,
-        warmup=spec.warmup_iters,
-        min_iters=spec.min_iters,
-        max_iters=spec.max_iters,
-        use_graphs=spec.use_cuda_graphs,
+        cand, ctx, sources.batches[ctx.rank], expert_out, time_cap_s=spec.time_cap_s, warmup=spec.warmup_iters,
+        min_iters=spec.min_iters, max_iters=spec.max_iters, use_graphs=spec.use_cuda_graphs,
         declared_graph_safe=catalogue.get("all2all", spec.backend).has(Feature.CUDA_GRAPHS),
     )
     stats = LatencyStats.from_samples(tm.total_us, ci95_rel=median_ci95_rel(tm.total_us))
-    d_med = LatencyStats.from_samples(tm.dispatch_us).median_us
-    c_med = LatencyStats.from_samples(tm.combine_us).median_us
-    payload_b = bytes_per_token(a2a.quant_dtype, a2a.hidden_size)
-    remote = [remote_token_targets(t, a2a.num_experts, a2a.ep_size, r) for r, t in enumerate(ids)]
-    # Useful bytes: each token once to each other rank holding one of its experts (payload out, bf16 back).
-    useful = [n * (payload_b + 2 * a2a.hidden_size) for n in remote]
-    mean_useful = sum(useful) / len(useful)
-    extra.update(
-        dispatch_median_us=d_med,
-        combine_median_us=c_med,
-        payload_bytes_per_token=payload_b,
-        useful_bytes_per_rank=mean_useful,
-        max_useful_bytes_per_rank=max(useful),
-        achieved_gbps=mean_useful / (stats.median_us * 1e-6) / 1e9 if stats.median_us > 0 else None,
-        iterations=stats.n,
-        warmup_iterations=tm.warmup,
-        notes=tm.notes,
-        correctness=figures,
-    )
-    if spec.peak_gbps and extra["achieved_gbps"] is not None:
-        extra.update(peak_gbps=spec.peak_gbps, fraction_of_peak=extra["achieved_gbps"] / spec.peak_gbps)
-    return ItemResult(
-        "ok",
-        "",
-        stats=dataclasses.asdict(stats),
-        error=figures,
-        timing_method=tm.method,
-        compile_time_s=setup_s,
-        extra=extra,
-    )
+    extra.update(_throughput(a2a, ids, tm, stats.median_us, spec.peak_gbps))
+    extra.update(iterations=stats.n, warmup_iterations=tm.warmup, notes=tm.notes, correctness=figures)
+    return ItemResult("ok", "", stats=dataclasses.asdict(stats), error=figures, timing_method=tm.method,
+                      compile_time_s=setup_s, extra=extra)
 
 
 def _peak(ctx: Any, spec: TrialSpec) -> ItemResult:

@@ -83,7 +83,7 @@ def measure_attention(
     *,
     device: str = "cuda",
     profile: DeviceProfile | None = None,
-    timing: TimingOptions = TimingOptions(),
+    timing: TimingOptions | None = None,
     timeout_s: float = 300.0,
     run_id: str | None = None,
     pool: WorkerPool | None = None,
@@ -98,6 +98,7 @@ def measure_attention(
 
         profile = detect() if device == "cuda" else CPU_PROFILE
     env = current_environment(profile)
+    timing = timing or TimingOptions()
     planned = list(candidates) if candidates is not None else plan_candidates(workload, profile)
     own_pool = pool is None
     pool = pool or WorkerPool()

@@ -142,6 +142,52 @@ def varied_lengths(w: AttentionWorkload, seed: int, uniform: bool = False) -> At
     return replace(w, context_lens=tuple(lens))
 
 
+def _page_tables(pages_per: list[int], total_pages: int, max_pages: int,
+                 g: torch.Generator) -> tuple[torch.Tensor, list[torch.Tensor], list[int]]:
+    """A block table over randomly ordered pages (as an engine's allocator leaves them), and the same pages
+    as FlashInfer's indices/indptr."""
+    perm = torch.randperm(total_pages, generator=g).to(torch.int32)
+    block_table = torch.zeros(len(pages_per), max_pages, dtype=torch.int32)
+    indices, indptr, pos = [], [0], 0
+    for r, n in enumerate(pages_per):
+        block_table[r, :n] = perm[pos: pos + n]
+        indices.append(perm[pos: pos + n])
+        pos += n
+        indptr.append(pos)
+    return block_table, indices, indptr
+
+
+def _cache_dtype(kv: torch.Tensor, kv_cache_dtype: str, unowned: torch.Tensor, layout: str,
+                 like: AttentionProblem | None) -> tuple[torch.Tensor, float, float]:
+    """The cache in the spec's kv-cache dtype, with its per-tensor scales (1.0 where none)."""
+    if kv_cache_dtype == "fp8_e4m3":
+        if like is not None:  # scales are per layer and fixed, as in engines (and baked into captured graphs)
+            k_scale, v_scale = like.k_scale, like.v_scale
+        else:
+            owned = ~unowned
+            k_scale = _owned_absmax(kv[:, 0], owned, layout) / FP8_MAX
+            v_scale = _owned_absmax(kv[:, 1], owned, layout) / FP8_MAX
+        fp8 = torch.empty(kv.shape, dtype=torch.float8_e4m3fn, device=kv.device)
+        fp8[:, 0] = (kv[:, 0].float() / k_scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+        fp8[:, 1] = (kv[:, 1].float() / v_scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+        return fp8, k_scale, v_scale
+    if kv_cache_dtype in ("bfloat16", "float16"):
+        return kv.to(torch_dtype(kv_cache_dtype)), 1.0, 1.0
+    if kv_cache_dtype.startswith("turboquant") or kv_cache_dtype == "auto":
+        return kv, 1.0, 1.0  # turboquant: model-dtype source values; the candidate quantises them itself
+    raise ValueError(f"hwtune's problem builder has no {kv_cache_dtype} cache")
+
+
+def _write_into(like: AttentionProblem, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Copy the new batch (kv, q, block table, seq lens, last-page lens, query starts) into ``like``'s
+    buffers and return those buffers, so every address a captured graph reads stays the same."""
+    targets = (like.kv_cache, like.q, like.block_table, like.seq_lens, like.kv_last_page_len,
+               like.query_start_loc)
+    for dst, src in zip(targets, tensors):
+        dst.copy_(src)
+    return targets
+
+
 def build_problem(
     workload: AttentionWorkload, device: str | torch.device, *, seed: int = 0, layout: str | None = None,
     like: AttentionProblem | None = None,
@@ -168,15 +214,7 @@ def build_problem(
         if like.batch != len(seq_lens) or like.num_tokens != sum(query_lens) or like.kv_cache.shape[0] < total_pages:
             raise ValueError("build_problem(like=...) needs the same batch and tokens and no more pages")
         total_pages, max_pages = like.kv_cache.shape[0], like.block_table.shape[1]
-    perm = torch.randperm(total_pages, generator=g).to(torch.int32)
-
-    block_table = torch.zeros(len(seq_lens), max_pages, dtype=torch.int32)
-    indices, indptr, pos = [], [0], 0
-    for r, n in enumerate(pages_per):
-        block_table[r, :n] = perm[pos: pos + n]
-        indices.append(perm[pos: pos + n])
-        pos += n
-        indptr.append(pos)
+    block_table, indices, indptr = _page_tables(pages_per, total_pages, max_pages, g)
     last_page = [s - (n - 1) * page for s, n in zip(seq_lens, pages_per)]
 
     h, d = spec.num_kv_heads, spec.head_size
@@ -185,24 +223,7 @@ def build_problem(
     kv = torch.randn(shape, generator=gdev, dtype=dtype, device=device)
     unowned = _unowned_mask(block_table, seq_lens, total_pages, page).to(device)
     _poison(kv, unowned, layout)
-    k_scale = v_scale = 1.0
-    if spec.kv_cache_dtype == "fp8_e4m3":
-        if like is not None:  # scales are per layer and fixed, as in engines (and baked into captured graphs)
-            k_scale, v_scale = like.k_scale, like.v_scale
-        else:
-            owned = ~unowned
-            k_scale = _owned_absmax(kv[:, 0], owned, layout) / FP8_MAX
-            v_scale = _owned_absmax(kv[:, 1], owned, layout) / FP8_MAX
-        fp8 = torch.empty(shape, dtype=torch.float8_e4m3fn, device=device)
-        fp8[:, 0] = (kv[:, 0].float() / k_scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
-        fp8[:, 1] = (kv[:, 1].float() / v_scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
-        kv = fp8
-    elif spec.kv_cache_dtype in ("bfloat16", "float16"):
-        kv = kv.to(torch_dtype(spec.kv_cache_dtype))
-    elif spec.kv_cache_dtype.startswith("turboquant"):
-        pass  # source values in the model dtype; the candidate quantises them into its own cache
-    elif spec.kv_cache_dtype != "auto":
-        raise ValueError(f"hwtune's problem builder has no {spec.kv_cache_dtype} cache")
+    kv, k_scale, v_scale = _cache_dtype(kv, spec.kv_cache_dtype, unowned, layout, like)
 
     q = torch.randn(sum(query_lens), spec.num_heads, d, generator=gdev, dtype=dtype, device=device)
     qsl = torch.tensor([0] + list(_cumsum(query_lens)), dtype=torch.int32)
@@ -211,14 +232,7 @@ def build_problem(
     last_t = torch.tensor(last_page, dtype=torch.int32, device=device)
     qsl = qsl.to(device)
     if like is not None:  # same addresses as the previous batch
-        like.kv_cache.copy_(kv)
-        like.q.copy_(q)
-        like.block_table.copy_(block_table)
-        like.seq_lens.copy_(seq_t)
-        like.kv_last_page_len.copy_(last_t)
-        like.query_start_loc.copy_(qsl)
-        kv, q, block_table, seq_t, last_t, qsl = (like.kv_cache, like.q, like.block_table, like.seq_lens,
-                                                  like.kv_last_page_len, like.query_start_loc)
+        kv, q, block_table, seq_t, last_t, qsl = _write_into(like, kv, q, block_table, seq_t, last_t, qsl)
     return AttentionProblem(
         workload=workload, layout=layout, q=q, kv_cache=kv, k_scale=k_scale,
         v_scale=v_scale, query_lens=query_lens, seq_lens_list=seq_lens, block_table=block_table,
