@@ -142,17 +142,3 @@ def detect() -> DeviceProfile:
         except OSError:
             pass
     return profile
-
-
-def enrich_from_torch(profile: DeviceProfile) -> DeviceProfile:
-    """Fill SM count and L2 size from torch (creates a CUDA context: tuner and probes only, never selection)."""
-    import torch
-
-    if not profile.is_cuda or not torch.cuda.is_available():
-        return profile
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    return dataclasses.replace(
-        profile,
-        sm_count=props.multi_processor_count,
-        l2_bytes=getattr(props, "L2_cache_size", profile.l2_bytes),
-    )

@@ -38,14 +38,6 @@ class DeviceProfile:
         return self.vendor == "nvidia" and self.compute_capability is not None
 
     @property
-    def sm(self) -> int | None:
-        """Compute capability as one number (9.0 -> 90, 10.0 -> 100)."""
-        if self.compute_capability is None:
-            return None
-        major, minor = self.compute_capability
-        return major * 10 + minor
-
-    @property
     def family(self) -> str:
         """Architecture family used for static priorities: the static order differs by family."""
         if not self.is_cuda:

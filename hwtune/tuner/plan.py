@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -306,7 +305,3 @@ def _attention_table(a: dict[str, Any], info: ModelInfo | None, tp: int, p: Path
                                                 num_prefill=int(d.get("num_prefill", 1))),
                               int(d.get("level", 0)), own(d)))
     return items
-
-
-def log_distance(a: int, b: int) -> float:
-    return abs(math.log2(max(a, 1)) - math.log2(max(b, 1)))

@@ -221,3 +221,19 @@ def test_optimize_is_harmless(store_url: str) -> None:
         run = store.start_run()
         store.finish_run(run)  # finishing a run refreshes the statistics too
         assert store.counts()["measurements"] == len(variety())
+
+
+def test_store_implements_the_result_store_protocol(sqlite_url: str) -> None:
+    """The tuner is typed against ResultStore; Store must offer every method with the same parameters."""
+    import inspect
+
+    from hwtune.core.result_store import ResultStore
+
+    with Store.open(sqlite_url) as store:
+        assert isinstance(store, ResultStore)
+    for name, member in inspect.getmembers(ResultStore, inspect.isfunction):
+        if name.startswith("_"):
+            continue
+        want = list(inspect.signature(member).parameters)
+        have = list(inspect.signature(getattr(Store, name)).parameters)
+        assert have == want, f"Store.{name}{have} differs from ResultStore.{name}{want}"

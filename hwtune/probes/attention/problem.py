@@ -105,14 +105,6 @@ class AttentionProblem:
         return slice(start, start + self.query_lens[r])
 
 
-def kv_bytes(workload: AttentionWorkload, context_lens: list[int] | None = None) -> int:
-    """Bytes of KV the workload's batch holds (what a decode step must read at least once)."""
-    spec = workload.spec
-    lens = context_lens or _lengths(workload)[1]
-    elt = 1 if spec.kv_cache_dtype.startswith("fp8") else torch_dtype(spec.dtype).itemsize
-    return 2 * sum(lens) * spec.num_kv_heads * spec.head_size * elt
-
-
 def _lengths(w: AttentionWorkload) -> tuple[list[int], list[int]]:
     """Per-request (query_lens, seq_lens) of the workload's batch."""
     seq = list(w.context_lens) if w.context_lens is not None else [w.context_len] * w.batch

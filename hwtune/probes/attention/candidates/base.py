@@ -80,12 +80,3 @@ def load_candidate(backend: str, override: str | None = None) -> Candidate:
     from hwtune.probes.registry import load_class, probe_ref
 
     return load_class(override or probe_ref("attention", backend, Unsupported))()
-
-
-def missing_module(name: str, package: str) -> str | None:
-    """None if ``name`` is importable, else the sentence the record carries."""
-    import importlib.util
-
-    if importlib.util.find_spec(name) is None:
-        return f"{package} is not installed"
-    return None
