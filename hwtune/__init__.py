@@ -18,7 +18,20 @@ from hwtune.core.validation import validate
 from hwtune.selector import RankedBackend, Selection, select_all2all, select_attention
 
 __all__ = [
-    "__version__", "AttentionSpec", "AttentionWorkload", "All2AllSpec", "All2AllWorkload", "DeviceProfile",
-    "Selection", "RankedBackend", "select_attention", "select_all2all", "validate", "HwtuneError",
-    "InvalidSpecError", "UnknownBackendError", "BackendNotValidError", "NoValidBackendError",
+    "__version__",
+    "AttentionSpec",
+    "AttentionWorkload",
+    "All2AllSpec",
+    "All2AllWorkload",
+    "DeviceProfile",
+    "Selection",
+    "RankedBackend",
+    "select_attention",
+    "select_all2all",
+    "validate",
+    "HwtuneError",
+    "InvalidSpecError",
+    "UnknownBackendError",
+    "BackendNotValidError",
+    "NoValidBackendError",
 ]

@@ -17,6 +17,12 @@ LONG_ON_PURPOSE = {
     "never edited afterwards",
     "kernels/triton_attention.py:paged_attention": "one launch path: argument checks, config, grid and the "
     "kernel call read top to bottom against the kernel's signature",
+    "kernels/turboquant.py:paged_attention": "one launch path, as TRITON_ATTN's: argument checks, config, grid "
+    "and the kernel call read top to bottom against the kernel's signature",
+    "kernels/triton_attention.py:_paged_attn_kernel": "a Triton kernel is one program: its reusable steps are "
+    "already @triton.jit helpers; the rest shares tiles, masks and constexpr branches in registers",
+    "kernels/turboquant_kernels.py:tq_attn_kernel": "a Triton kernel is one program: its reusable steps are "
+    "already @triton.jit helpers; the rest shares tiles, masks and constexpr branches in registers",
     "probes/all2all/timing.py:time_candidate": "one collective protocol: every rank must run these steps in "
     "this order (barriers, graph capture fallback, agreed iteration count), and the order is the contract",
     "probes/all2all/launcher.py:_watch": "the watchdog's single polling loop; its cases are listed in the "

@@ -17,12 +17,14 @@ from hwtune.cli import bench_all2all
 from hwtune.cli import specs as S
 from hwtune.cli.common import JsonOpt, console, emit_json, guarded
 from hwtune.core import catalogue
+from hwtune.core.devices import CPU_PROFILE, DeviceProfile
 from hwtune.core.errors import BackendNotValidError, InvalidSpecError
 from hwtune.core.records import MeasurementRecord
 from hwtune.core.types import AttentionWorkload
 
-app = typer.Typer(help="Measure one candidate backend on one workload (correctness first, then timing).",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Measure one candidate backend on one workload (correctness first, then timing).", no_args_is_help=True
+)
 
 
 def print_records(records: list[MeasurementRecord], json_out: bool) -> None:
@@ -36,15 +38,53 @@ def print_records(records: list[MeasurementRecord], json_out: bool) -> None:
         s = r.stats
         err = ", ".join(f"{k}={v:.3g}" for k, v in (r.error or {}).items() if k.endswith(("rel_l2", "lse_max_abs")))
         table.add_row(
-            r.backend, r.tactic, r.status, f"{s.median_us:.2f}" if s else "",
-            f"{s.p10_us:.2f}-{s.p90_us:.2f}" if s else "", str(s.n) if s else "", r.timing_method or "",
-            f"{r.compile_time_s:.1f}" if r.compile_time_s is not None else "", r.message or err,
+            r.backend,
+            r.tactic,
+            r.status,
+            f"{s.median_us:.2f}" if s else "",
+            f"{s.p10_us:.2f}-{s.p90_us:.2f}" if s else "",
+            str(s.n) if s else "",
+            r.timing_method or "",
+            f"{r.compile_time_s:.1f}" if r.compile_time_s is not None else "",
+            r.message or err,
         )
     console.print(table)
 
 
 def exit_code(records: list[MeasurementRecord]) -> int:
     return 0 if all(r.status in ("ok", "unsupported") for r in records) else 1
+
+
+def _planned(workload: AttentionWorkload, profile: DeviceProfile, backend: str, tactic: str | None) -> list:
+    """The candidates ``bench`` runs: every runnable tactic, or the one asked for (runnable or not, so that
+    its record says why); a backend that cannot run the workload at all is an error naming each reason."""
+    from hwtune.probes.attention.measure import plan_candidates
+
+    phase = workload.phase
+    b = catalogue.get("attention", backend)
+    planned = plan_candidates(workload, profile, [b.name])
+    if tactic is not None:
+        if b.tactic(tactic) is None:
+            raise InvalidSpecError(
+                f"{b.name} has no tactic {tactic!r}; its tactics: {', '.join(t.name for t in b.tactics)}"
+            )
+        planned = [p for p in planned if p.tactic == tactic]
+        if not planned:
+            raise InvalidSpecError(f"{b.name} tactic {tactic} does not serve the {phase} phase")
+    if planned and not any(p.runnable for p in planned):
+        reasons = sorted({r for p in planned for r in p.reasons})
+        raise BackendNotValidError(
+            f"{b.name} cannot run this workload on {profile.describe()}:\n" + "\n".join(f"  - {r}" for r in reasons),
+            backend=b.name,
+            reasons=reasons,
+            valid=[],
+        )
+    for p in planned:
+        if not p.runnable and tactic is None:
+            console.print(f"skipped {p.backend} tactic {p.tactic}: {p.reasons[0]}", markup=False)
+    if tactic is None:
+        planned = [p for p in planned if p.runnable]
+    return planned
 
 
 @app.command("attention")
@@ -55,8 +95,9 @@ def attention(
     phase: str = typer.Option("decode", "--phase", help="decode, prefill or mixed."),
     batch: int = typer.Option(8, "--batch"),
     context: int = typer.Option(4096, "--context", help="KV tokens per request (cached plus new)."),
-    query_len: Optional[int] = typer.Option(None, "--query-len",
-                                            help="New tokens per request (prefill chunk; decode: 1 + spec tokens)."),
+    query_len: Optional[int] = typer.Option(
+        None, "--query-len", help="New tokens per request (prefill chunk; decode: 1 + spec tokens)."
+    ),
     num_prefill: int = typer.Option(1, "--num-prefill", help="Prefill requests in a mixed batch."),
     model: Optional[Path] = S.ModelOpt,
     tp: int = S.TpOpt,
@@ -82,16 +123,37 @@ def attention(
 ) -> None:
     """Measure an attention candidate: correctness gate against the float32 reference, then timing."""
     from hwtune.core.detect import detect
-    from hwtune.core.devices import CPU_PROFILE
-    from hwtune.probes.attention.measure import measure_attention, plan_candidates
+    from hwtune.probes.attention.measure import measure_attention
     from hwtune.probes.timing import TimingOptions
 
-    spec = S.build_attention_spec(model, tp, num_heads, num_kv_heads, head_size, dtype, kv_cache_dtype,
-                                  block_size, kv_layout, dcp, pcp, spec_tokens, sinks, sliding_window, soft_cap, mla)
+    spec = S.build_attention_spec(
+        model,
+        tp,
+        num_heads,
+        num_kv_heads,
+        head_size,
+        dtype,
+        kv_cache_dtype,
+        block_size,
+        kv_layout,
+        dcp,
+        pcp,
+        spec_tokens,
+        sinks,
+        sliding_window,
+        soft_cap,
+        mla,
+    )
     if query_len is None:
         query_len = {"decode": spec.query_len_decode, "prefill": context, "mixed": min(512, context)}.get(phase, 1)
-    workload = AttentionWorkload(spec, phase, batch=batch, context_len=context, query_len=query_len,  # type: ignore[arg-type]
-                                 num_prefill=num_prefill if phase == "mixed" else 0)
+    workload = AttentionWorkload(
+        spec,
+        phase,
+        batch=batch,
+        context_len=context,
+        query_len=query_len,  # type: ignore[arg-type]
+        num_prefill=num_prefill if phase == "mixed" else 0,
+    )
     profile = detect()
     if device == "auto":
         device = "cuda" if profile.is_cuda else "cpu"
@@ -99,28 +161,11 @@ def attention(
         raise InvalidSpecError(f"--device must be cuda, cpu or auto, not {device!r}")
     if device == "cpu":
         profile = CPU_PROFILE
-    b = catalogue.get("attention", backend)
-    planned = plan_candidates(workload, profile, [b.name])
-    if tactic is not None:
-        if b.tactic(tactic) is None:
-            raise InvalidSpecError(f"{b.name} has no tactic {tactic!r}; its tactics: "
-                                   f"{', '.join(t.name for t in b.tactics)}")
-        planned = [p for p in planned if p.tactic == tactic]
-        if not planned:
-            raise InvalidSpecError(f"{b.name} tactic {tactic} does not serve the {phase} phase")
-    if planned and not any(p.runnable for p in planned):
-        reasons = sorted({r for p in planned for r in p.reasons})
-        raise BackendNotValidError(
-            f"{b.name} cannot run this workload on {profile.describe()}:\n" + "\n".join(f"  - {r}" for r in reasons),
-            backend=b.name, reasons=reasons, valid=[])
-    for p in planned:
-        if not p.runnable and tactic is None:
-            console.print(f"skipped {p.backend} tactic {p.tactic}: {p.reasons[0]}", markup=False)
-    if tactic is None:
-        planned = [p for p in planned if p.runnable]
+    planned = _planned(workload, profile, backend, tactic)
     timing = dataclasses.replace(TimingOptions(), time_cap_s=time_cap)
-    records = measure_attention(workload, planned, device=device, profile=profile, timing=timing,
-                                timeout_s=timeout, seed=seed)
+    records = measure_attention(
+        workload, planned, device=device, profile=profile, timing=timing, timeout_s=timeout, seed=seed
+    )
     print_records(records, json_out)
     raise typer.Exit(exit_code(records))
 

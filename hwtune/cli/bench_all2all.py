@@ -75,26 +75,20 @@ def all2all(
     backend: list[str] = typer.Option(
         ..., "--backend", "-b", help="Backend to measure (repeat, comma-separate, or 'all')."
     ),
-    world_size: int = typer.Option(
-        ..., "--world-size", "-n", help="Ranks = EP size (one GPU per rank on CUDA)."
-    ),
+    world_size: int = typer.Option(..., "--world-size", "-n", help="Ranks = EP size (one GPU per rank on CUDA)."),
     tokens_per_rank: list[int] = typer.Option(
         [128], "--tokens-per-rank", "-t", help="Tokens per rank (repeat to sweep)."
     ),
     hidden_size: int = typer.Option(2048, "--hidden-size", help="Hidden size of each token."),
     topk: int = typer.Option(8, "--topk", help="Experts per token."),
-    num_experts: int | None = typer.Option(
-        None, "--num-experts", help="Experts in total (default 64, or 8 per rank)."
-    ),
+    num_experts: int | None = typer.Option(None, "--num-experts", help="Experts in total (default 64, or 8 per rank)."),
     quant_dtype: str = typer.Option(
         "bf16", "--quant-dtype", help="Dispatch payload: bf16, fp8 (128-wide block scales) or nvfp4."
     ),
     routing: list[str] = typer.Option(
         ["uniform"], "--routing", help="uniform or skewed (hot experts); repeat for both."
     ),
-    device: str = typer.Option(
-        "auto", "--device", "-d", help="cuda (NCCL, one GPU per rank), cpu (gloo) or auto."
-    ),
+    device: str = typer.Option("auto", "--device", "-d", help="cuda (NCCL, one GPU per rank), cpu (gloo) or auto."),
     timeout: float = typer.Option(
         300.0,
         "--timeout",
@@ -108,15 +102,11 @@ def all2all(
         help="nccl_alltoallv: fixed receive buffers of this many times the mean load.",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the tokens and routing."),
-    measure_peak: bool = typer.Option(
-        False, "--measure-peak", help="First measure the all-to-all peak bandwidth."
-    ),
+    measure_peak: bool = typer.Option(False, "--measure-peak", help="First measure the all-to-all peak bandwidth."),
     explore: bool = typer.Option(
         False, "--explore", help="Also run candidates the catalogue rejects, to find their real limits."
     ),
-    no_cuda_graphs: bool = typer.Option(
-        False, "--no-cuda-graphs", help="Time graph-safe candidates eagerly too."
-    ),
+    no_cuda_graphs: bool = typer.Option(False, "--no-cuda-graphs", help="Time graph-safe candidates eagerly too."),
     json_out: bool = JsonOpt,
 ) -> None:
     """Measure MoE all2all candidates (correct before timed; every rank agrees) on this machine."""

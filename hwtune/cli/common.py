@@ -17,8 +17,7 @@ from rich.markup import escape
 from hwtune.core.errors import BackendNotValidError, HwtuneError, NoValidBackendError
 
 #: People-facing output goes to stderr so that ``--json`` leaves stdout to JSON alone.
-console = Console(stderr=True, highlight=False, soft_wrap=True,
-                  width=None if sys.stderr.isatty() else 160)
+console = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -58,7 +57,9 @@ def guarded(fn: F) -> F:
 
 JsonOpt = typer.Option(False, "--json", help="Print only JSON on stdout.")
 DeviceOpt = typer.Option(
-    "auto", "--device", "-d",
+    "auto",
+    "--device",
+    "-d",
     help="'auto' (this machine, via NVML) or a simulated device: sm80, sm86, sm89, sm90, sm100, sm103, sm120, "
     "a100, h100, h200, b200, gb200, rtx5090, cpu.",
 )

@@ -20,11 +20,16 @@ from hwtune.core.errors import StoreDataError, StoreUnavailableError
 if TYPE_CHECKING:
     from hwtune.db.store import Store
 
-app = typer.Typer(help="The result store: create or upgrade it, show it, export/import, push/pull.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="The result store: create or upgrade it, show it, export/import, push/pull.", no_args_is_help=True
+)
 
-DbOpt = typer.Option(None, "--db", help="Store URL or SQLite path; default HWTUNE_DATABASE_URL, else the "
-                     "per-user SQLite file.", show_default=False)
+DbOpt = typer.Option(
+    None,
+    "--db",
+    help="Store URL or SQLite path; default HWTUNE_DATABASE_URL, else the per-user SQLite file.",
+    show_default=False,
+)
 
 
 class OnError(str, Enum):
@@ -56,8 +61,9 @@ def _open_existing(db: Optional[str], *, check_revision: bool) -> "Store":
 
     path = sqlite_path(resolve(db))
     if path is not None and not path.exists():
-        raise StoreUnavailableError(f"no store at {path} yet; create it with `hwtune db upgrade` (or run "
-                                    "`hwtune tune`)")
+        raise StoreUnavailableError(
+            f"no store at {path} yet; create it with `hwtune db upgrade` (or run `hwtune tune`)"
+        )
     return Store.open(db, read_only=True, create=False, check_revision=check_revision)
 
 
@@ -82,10 +88,12 @@ def status(db: Optional[str] = DbOpt, json_out: bool = JsonOpt) -> None:
 
 @app.command("export")
 @guarded
-def export(file: str = typer.Argument(..., help="Output .jsonl file, or - for stdout."),
-           db: Optional[str] = DbOpt,
-           kind: Optional[str] = typer.Option(None, "--kind", help="Only attention or all2all."),
-           json_out: bool = JsonOpt) -> None:
+def export(
+    file: str = typer.Argument(..., help="Output .jsonl file, or - for stdout."),
+    db: Optional[str] = DbOpt,
+    kind: Optional[str] = typer.Option(None, "--kind", help="Only attention or all2all."),
+    json_out: bool = JsonOpt,
+) -> None:
     """Write every measurement to a versioned JSON Lines file (header line, then one measurement per line)."""
     from hwtune.db.transfer import export_jsonl
 
@@ -108,12 +116,14 @@ def export(file: str = typer.Argument(..., help="Output .jsonl file, or - for st
 
 @app.command("import")
 @guarded
-def import_(file: str = typer.Argument(..., help="A file written by `hwtune db export`, or - for stdin."),
-            db: Optional[str] = DbOpt,
-            on_error: OnError = typer.Option(OnError.abort, "--on-error",
-                                             help="abort: write nothing if any line is bad; skip: leave bad "
-                                             "lines out."),
-            json_out: bool = JsonOpt) -> None:
+def import_(
+    file: str = typer.Argument(..., help="A file written by `hwtune db export`, or - for stdin."),
+    db: Optional[str] = DbOpt,
+    on_error: OnError = typer.Option(
+        OnError.abort, "--on-error", help="abort: write nothing if any line is bad; skip: leave bad lines out."
+    ),
+    json_out: bool = JsonOpt,
+) -> None:
     """Check and import measurements; bad lines are reported with their numbers."""
     from hwtune.db.store import Store
     from hwtune.db.transfer import import_jsonl
@@ -133,8 +143,10 @@ def import_(file: str = typer.Argument(..., help="A file written by `hwtune db e
         return
     for number, why in report.errors:
         console.print(f"skipped {'line ' + str(number) if number else file}: {why}", markup=False)
-    console.print(f"imported {report.valid} valid of {report.read} measurements into {where}: "
-                  f"{report.written} new or changed", markup=False)
+    console.print(
+        f"imported {report.valid} valid of {report.read} measurements into {where}: {report.written} new or changed",
+        markup=False,
+    )
 
 
 def _copy(source_url: Optional[str], target_url: Optional[str], verb: str, json_out: bool) -> None:
@@ -147,34 +159,46 @@ def _copy(source_url: Optional[str], target_url: Optional[str], verb: str, json_
     if json_out:
         emit_json(info)
     else:
-        console.print(f"{verb}: read {report.read} measurements from {info['from']}, "
-                      f"{report.copied} new or changed in {info['to']}", markup=False)
+        console.print(
+            f"{verb}: read {report.read} measurements from {info['from']}, "
+            f"{report.copied} new or changed in {info['to']}",
+            markup=False,
+        )
 
 
 @app.command("push")
 @guarded
-def push(to: str = typer.Option(..., "--to", help="The store to copy into (usually the shared PostgreSQL)."),
-         db: Optional[str] = DbOpt, json_out: bool = JsonOpt) -> None:
+def push(
+    to: str = typer.Option(..., "--to", help="The store to copy into (usually the shared PostgreSQL)."),
+    db: Optional[str] = DbOpt,
+    json_out: bool = JsonOpt,
+) -> None:
     """Copy this store's measurements into another store; running it again copies nothing."""
     _copy(db, to, "push", json_out)
 
 
 @app.command("pull")
 @guarded
-def pull(source: str = typer.Option(..., "--from", help="The store to copy from (usually the shared one)."),
-         db: Optional[str] = DbOpt, json_out: bool = JsonOpt) -> None:
+def pull(
+    source: str = typer.Option(..., "--from", help="The store to copy from (usually the shared one)."),
+    db: Optional[str] = DbOpt,
+    json_out: bool = JsonOpt,
+) -> None:
     """Copy another store's measurements into this one; running it again copies nothing."""
     _copy(source, db, "pull", json_out)
 
 
 @app.command("roles")
 @guarded
-def roles(db: Optional[str] = DbOpt,
-          writer: str = typer.Option("hwtune_writer", "--writer", help="Role for tuning nodes."),
-          reader: str = typer.Option("hwtune_reader", "--reader", help="Read-only role for engines."),
-          apply: bool = typer.Option(False, "--apply", help="Run the SQL on --db (as the schema owner) "
-                                     "instead of printing it."),
-          json_out: bool = JsonOpt) -> None:
+def roles(
+    db: Optional[str] = DbOpt,
+    writer: str = typer.Option("hwtune_writer", "--writer", help="Role for tuning nodes."),
+    reader: str = typer.Option("hwtune_reader", "--reader", help="Read-only role for engines."),
+    apply: bool = typer.Option(
+        False, "--apply", help="Run the SQL on --db (as the schema owner) instead of printing it."
+    ),
+    json_out: bool = JsonOpt,
+) -> None:
     """Print (or apply) the PostgreSQL writer/reader role setup shipped as hwtune/db/sql/roles.sql."""
     from hwtune.db import roles as role_sql
     from hwtune.db.store import Store
@@ -195,5 +219,8 @@ def roles(db: Optional[str] = DbOpt,
     if json_out:
         emit_json({"url": where, "applied": done})
     else:
-        console.print(f"applied {len(done)} statements on {where}; set passwords with psql's "
-                      f"\\password {writer} and \\password {reader}", markup=False)
+        console.print(
+            f"applied {len(done)} statements on {where}; set passwords with psql's "
+            f"\\password {writer} and \\password {reader}",
+            markup=False,
+        )

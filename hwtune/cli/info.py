@@ -24,8 +24,14 @@ def probe(json_out: bool = JsonOpt) -> None:
     """Show this machine's device (NVML, no CUDA init) and software stack: the environment fingerprint."""
     env = current_environment(resolve_device("auto"))
     if json_out:
-        emit_json({"device": env.device.to_dict(), "stack": env.stack.to_dict(),
-                   "fingerprint": env.fingerprint(), "environment_hash": env.hash()})
+        emit_json(
+            {
+                "device": env.device.to_dict(),
+                "stack": env.stack.to_dict(),
+                "fingerprint": env.fingerprint(),
+                "environment_hash": env.hash(),
+            }
+        )
         return
     d = env.device
     table = Table(title="hwtune probe", show_header=False)
@@ -50,20 +56,30 @@ def _availability(b: Backend) -> tuple[bool, list[str]]:
 
 def _backend_json(b: Backend, device_reasons: list[str] | None) -> dict[str, Any]:
     rules = {
-        k: (sorted(v) if isinstance(v, frozenset) else
-            v.to_json() if hasattr(v, "to_json") else
-            [r.describe() for r in v] if isinstance(v, tuple) else v)
+        k: (
+            sorted(v)
+            if isinstance(v, frozenset)
+            else v.to_json()
+            if hasattr(v, "to_json")
+            else [r.describe() for r in v]
+            if isinstance(v, tuple)
+            else v
+        )
         for k, v in vars(b.rules).items()
     }
     available, problems = _availability(b)
     return {
-        "name": b.name, "kind": b.kind, "summary": b.summary, "rules": rules,
+        "name": b.name,
+        "kind": b.kind,
+        "summary": b.summary,
+        "rules": rules,
         "features": sorted(f.value for f in (b.rules.features or ())),
-        "packages": [{"requirement": r.describe(), "installed": installed_version(r.distribution)}
-                     for r in b.packages],
-        "available_here": available, "unavailable_reasons": problems,
+        "packages": [{"requirement": r.describe(), "installed": installed_version(r.distribution)} for r in b.packages],
+        "available_here": available,
+        "unavailable_reasons": problems,
         "tactics": [{"name": t.name, "phases": sorted(t.phases), "summary": t.summary} for t in b.tactics],
-        "sources": dict(b.sources), "notes": list(b.notes),
+        "sources": dict(b.sources),
+        "notes": list(b.notes),
         "valid_on_device": None if device_reasons is None else not device_reasons,
         "device_reasons": device_reasons,
     }
@@ -107,7 +123,10 @@ def backends(
         table.add_column(col, overflow="fold")
     for b, reasons in rows:
         table.add_row(
-            b.name, b.kind, ", ".join(t.name for t in b.tactics),
-            "yes" if not reasons else "no", "; ".join(reasons or []),
+            b.name,
+            b.kind,
+            ", ".join(t.name for t in b.tactics),
+            "yes" if not reasons else "no",
+            "; ".join(reasons or []),
         )
     console.print(table)

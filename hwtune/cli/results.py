@@ -13,8 +13,14 @@ from hwtune.core.errors import InvalidSpecError
 from hwtune.core.records import STATUSES
 
 
-def _records(db: Optional[str], kind: Optional[str], backend: Optional[str], status: Optional[str],
-             this_env: bool, run: Optional[str]) -> list:
+def _records(
+    db: Optional[str],
+    kind: Optional[str],
+    backend: Optional[str],
+    status: Optional[str],
+    this_env: bool,
+    run: Optional[str],
+) -> list:
     from hwtune.db.store import Store
 
     if status is not None and status not in STATUSES:
@@ -28,15 +34,18 @@ def _records(db: Optional[str], kind: Optional[str], backend: Optional[str], sta
 
         env_hash = current_environment(detect()).hash()
     with Store.open(db, read_only=True, create=False) as store:
-        return store.measurements(kind, backend=backend, statuses=[status] if status else None,
-                                  environment_hash=env_hash, run_id=run)
+        return store.measurements(
+            kind, backend=backend, statuses=[status] if status else None, environment_hash=env_hash, run_id=run
+        )
 
 
 @guarded
 def show(
     kind: Optional[str] = typer.Option(None, "--kind", help="attention or all2all."),
     backend: Optional[str] = typer.Option(None, "--backend"),
-    status: Optional[str] = typer.Option(None, "--status", help="ok, wrong_answer, crashed, timeout, unsupported, error."),
+    status: Optional[str] = typer.Option(
+        None, "--status", help="ok, wrong_answer, crashed, timeout, unsupported, error."
+    ),
     phase: Optional[str] = typer.Option(None, "--phase", help="decode, prefill or mixed."),
     this_env: bool = typer.Option(False, "--this-env", help="Only measurements from this machine's environment."),
     run: Optional[str] = typer.Option(None, "--run", help="Only one tuning run's measurements."),
@@ -60,8 +69,13 @@ def show(
         for col in ("workload", "winner", "median us", "runner-up", "margin"):
             table.add_column(col)
         for w in rows:
-            table.add_row(w["label"], f"{w['backend']}/{w['tactic']}", f"{w['median_us']:.2f}", w["runner_up"] or "",
-                          f"+{w['margin']:.1%}" if w["margin"] is not None else "")
+            table.add_row(
+                w["label"],
+                f"{w['backend']}/{w['tactic']}",
+                f"{w['median_us']:.2f}",
+                w["runner_up"] or "",
+                f"+{w['margin']:.1%}" if w["margin"] is not None else "",
+            )
         console.print(table)
         return
     recs = recs[-limit:]
@@ -73,9 +87,17 @@ def show(
         table.add_column(col, overflow="fold")
     for r in recs:
         s = r.stats
-        table.add_row(f"{r.created_at:%Y-%m-%d %H:%M}", workload_label(r)[1], r.backend, r.tactic, r.status,
-                      f"{s.median_us:.2f}" if s else "", f"{s.p10_us:.1f}-{s.p90_us:.1f}" if s else "", r.host,
-                      (r.message or "")[:120])
+        table.add_row(
+            f"{r.created_at:%Y-%m-%d %H:%M}",
+            workload_label(r)[1],
+            r.backend,
+            r.tactic,
+            r.status,
+            f"{s.median_us:.2f}" if s else "",
+            f"{s.p10_us:.1f}-{s.p90_us:.1f}" if s else "",
+            r.host,
+            (r.message or "")[:120],
+        )
     console.print(table)
 
 

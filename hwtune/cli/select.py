@@ -15,8 +15,9 @@ from hwtune.core.types import All2AllSpec
 from hwtune.selector.api import select_all2all, select_attention
 from hwtune.selector.selection import Selection
 
-app = typer.Typer(help="Which backend should the engine use? Ranked valid backends, rejected ones with reasons.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Which backend should the engine use? Ranked valid backends, rejected ones with reasons.", no_args_is_help=True
+)
 
 
 class Format(str, Enum):
@@ -29,11 +30,15 @@ class Format(str, Enum):
 BackendOpt = typer.Option(None, "--backend", "-b", help="Ask for this backend; an error if it is not valid here.")
 ExplainOpt = typer.Option(False, "--explain", help="Show every rank's source and every rejection's reasons.")
 FormatOpt = typer.Option(Format.text, "--format", help="text, json, or the engine's flags (vllm, sglang).")
-DbOpt = typer.Option(None, "--db", help="Store to rank from (default: HWTUNE_DATABASE_URL, else the local store; "
-                     "'none' for static priorities only).")
+DbOpt = typer.Option(
+    None,
+    "--db",
+    help="Store to rank from (default: HWTUNE_DATABASE_URL, else the local store; 'none' for static priorities only).",
+)
 MaxSeqsOpt = typer.Option(256, "--max-num-seqs", help="The engine's largest decode batch (workload mix).")
-ProfileOpt = typer.Option("balanced", "--profile",
-                          help="decode-heavy, balanced, prefill-heavy, or a JSON/TOML file of mix weights.")
+ProfileOpt = typer.Option(
+    "balanced", "--profile", help="decode-heavy, balanced, prefill-heavy, or a JSON/TOML file of mix weights."
+)
 PerPhaseOpt = typer.Option(False, "--per-phase", help="Also recommend a decode and a prefill backend separately.")
 
 
@@ -55,8 +60,9 @@ def _print(selection: Selection, json_out: bool, explain: bool, fmt: Format, per
         console.print(selection.explain(), markup=False)
         return
     ranked = ", ".join(r.backend for r in selection.ranked)
-    console.print(f"{selection.kind}: [bold]{selection.backend}[/] (tactic {selection.tactic}) "
-                  f"on {selection.device.describe()}")
+    console.print(
+        f"{selection.kind}: [bold]{selection.backend}[/] (tactic {selection.tactic}) on {selection.device.describe()}"
+    )
     console.print(f"  valid, in order: {ranked}", markup=False)
     if per_phase:
         phases = selection.per_phase or {p: selection.backend for p in selection.tactics}
@@ -105,11 +111,40 @@ def attention(
     json_out: bool = JsonOpt,
 ) -> None:
     """Select the attention backend for a model (--model) or explicit head counts."""
-    spec = S.build_attention_spec(model, tp, num_heads, num_kv_heads, head_size, dtype, kv_cache_dtype,
-                                  block_size, kv_layout, dcp, pcp, spec_tokens, sinks, sliding_window, soft_cap, mla)
-    _print(select_attention(spec, device=device, backend=backend, assume_installed=assume_installed, db=_db(db),
-                            max_num_seqs=max_num_seqs, max_model_len=max_model_len, profile=profile),
-           json_out, explain, fmt, per_phase)
+    spec = S.build_attention_spec(
+        model,
+        tp,
+        num_heads,
+        num_kv_heads,
+        head_size,
+        dtype,
+        kv_cache_dtype,
+        block_size,
+        kv_layout,
+        dcp,
+        pcp,
+        spec_tokens,
+        sinks,
+        sliding_window,
+        soft_cap,
+        mla,
+    )
+    _print(
+        select_attention(
+            spec,
+            device=device,
+            backend=backend,
+            assume_installed=assume_installed,
+            db=_db(db),
+            max_num_seqs=max_num_seqs,
+            max_model_len=max_model_len,
+            profile=profile,
+        ),
+        json_out,
+        explain,
+        fmt,
+        per_phase,
+    )
 
 
 @app.command("all2all")
@@ -134,13 +169,35 @@ def all2all(
 ) -> None:
     """Select the MoE all2all backend for a MoE model (--model) or explicit sizes."""
     if model is not None:
-        spec = all2all_spec(load_model_config(model), ep_size, num_experts=num_experts, topk=topk,
-                            hidden_size=hidden_size, quant_dtype=quant_dtype, num_nodes=num_nodes)
+        spec = all2all_spec(
+            load_model_config(model),
+            ep_size,
+            num_experts=num_experts,
+            topk=topk,
+            hidden_size=hidden_size,
+            quant_dtype=quant_dtype,
+            num_nodes=num_nodes,
+        )
     else:
-        spec = All2AllSpec(ep_size=ep_size, num_experts=num_experts if num_experts is not None else 256,
-                           topk=topk if topk is not None else 8,
-                           hidden_size=hidden_size if hidden_size is not None else 7168,
-                           quant_dtype=quant_dtype, num_nodes=num_nodes)
-    _print(select_all2all(spec, device=device, backend=backend, assume_installed=assume_installed, db=_db(db),
-                          max_num_seqs=max_num_seqs, profile=profile),
-           json_out, explain, fmt)
+        spec = All2AllSpec(
+            ep_size=ep_size,
+            num_experts=num_experts if num_experts is not None else 256,
+            topk=topk if topk is not None else 8,
+            hidden_size=hidden_size if hidden_size is not None else 7168,
+            quant_dtype=quant_dtype,
+            num_nodes=num_nodes,
+        )
+    _print(
+        select_all2all(
+            spec,
+            device=device,
+            backend=backend,
+            assume_installed=assume_installed,
+            db=_db(db),
+            max_num_seqs=max_num_seqs,
+            profile=profile,
+        ),
+        json_out,
+        explain,
+        fmt,
+    )

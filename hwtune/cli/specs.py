@@ -17,8 +17,9 @@ NumHeadsOpt = typer.Option(None, "--num-heads", help="Query heads per rank.")
 NumKvHeadsOpt = typer.Option(None, "--num-kv-heads", help="KV heads per rank.")
 HeadSizeOpt = typer.Option(None, "--head-size")
 DtypeOpt = typer.Option(None, "--dtype", help="bfloat16 (default) or float16, float32.")
-KvDtypeOpt = typer.Option("auto", "--kv-cache-dtype",
-                          help="auto, bfloat16, float16, fp8 (e4m3), fp8_e5m2, turboquant_4bit, turboquant_8bit.")
+KvDtypeOpt = typer.Option(
+    "auto", "--kv-cache-dtype", help="auto, bfloat16, float16, fp8 (e4m3), fp8_e5m2, turboquant_4bit, turboquant_8bit."
+)
 BlockSizeOpt = typer.Option(16, "--block-size", help="Tokens per KV-cache page.")
 KvLayoutOpt = typer.Option("auto", "--kv-layout", help="auto, NHD or HND.")
 DcpOpt = typer.Option(1, "--dcp", help="Decode context parallel size.")
@@ -31,21 +32,41 @@ MlaOpt = typer.Option(False, "--mla", help="Multi-head latent attention (DeepSee
 
 
 def build_attention_spec(
-    model: Optional[Path], tp: int, num_heads: Optional[int], num_kv_heads: Optional[int],
-    head_size: Optional[int], dtype: Optional[str], kv_cache_dtype: str, block_size: int, kv_layout: str,
-    dcp: int, pcp: int, spec_tokens: int, sinks: bool, sliding_window: Optional[int],
-    soft_cap: Optional[float], mla: bool,
+    model: Optional[Path],
+    tp: int,
+    num_heads: Optional[int],
+    num_kv_heads: Optional[int],
+    head_size: Optional[int],
+    dtype: Optional[str],
+    kv_cache_dtype: str,
+    block_size: int,
+    kv_layout: str,
+    dcp: int,
+    pcp: int,
+    spec_tokens: int,
+    sinks: bool,
+    sliding_window: Optional[int],
+    soft_cap: Optional[float],
+    mla: bool,
 ) -> AttentionSpec:
     """The per-rank spec from --model (and --tp) or from explicit head counts; overrides win."""
     overrides: dict[str, Any] = dict(
-        dtype=dtype, kv_cache_dtype=kv_cache_dtype, block_size=block_size, kv_layout=kv_layout,
-        dcp_size=dcp, pcp_size=pcp, spec_tokens=spec_tokens, sinks=sinks or None,
-        sliding_window=sliding_window, logits_soft_cap=soft_cap,
+        dtype=dtype,
+        kv_cache_dtype=kv_cache_dtype,
+        block_size=block_size,
+        kv_layout=kv_layout,
+        dcp_size=dcp,
+        pcp_size=pcp,
+        spec_tokens=spec_tokens,
+        sinks=sinks or None,
+        sliding_window=sliding_window,
+        logits_soft_cap=soft_cap,
     )
     if model is not None:
         info = load_model_config(model)
-        return attention_spec(info, tp, num_heads=num_heads, num_kv_heads=num_kv_heads, head_size=head_size,
-                              **overrides)
+        return attention_spec(
+            info, tp, num_heads=num_heads, num_kv_heads=num_kv_heads, head_size=head_size, **overrides
+        )
     if mla:
         num_kv_heads = num_kv_heads or 1
         head_size = head_size or 576

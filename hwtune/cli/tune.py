@@ -33,8 +33,14 @@ def _winners_table(records: list) -> Table:
     for col in ("workload", "winner", "median us", "runner-up", "margin", "failed"):
         table.add_column(col)
     for w in winners(records):
-        table.add_row(w.label, f"{w.backend}/{w.tactic}", f"{w.median_us:.2f}", w.runner_up or "",
-                      f"+{w.margin:.1%}" if w.margin is not None else "", str(w.failures) if w.failures else "")
+        table.add_row(
+            w.label,
+            f"{w.backend}/{w.tactic}",
+            f"{w.median_us:.2f}",
+            w.runner_up or "",
+            f"+{w.margin:.1%}" if w.margin is not None else "",
+            str(w.failures) if w.failures else "",
+        )
     return table
 
 
@@ -62,8 +68,12 @@ def tune(
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds before a candidate is killed as hung."),
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
     no_warmup: bool = typer.Option(False, "--no-warmup", help="Skip the parallel JIT warm-up."),
-    lease: float = typer.Option(120.0, "--lease", help="Seconds a claimed item stays this node's without a "
-                                "heartbeat; a dead node's items return to the queue after it."),
+    lease: float = typer.Option(
+        120.0,
+        "--lease",
+        help="Seconds a claimed item stays this node's without a "
+        "heartbeat; a dead node's items return to the queue after it.",
+    ),
     db: Optional[str] = typer.Option(None, "--db", help="Store URL (default: HWTUNE_DATABASE_URL, else local SQLite)."),
     json_out: bool = JsonOpt,
 ) -> None:
@@ -71,16 +81,35 @@ def tune(
     from hwtune.tuner.options import TuneOptions, parse_backends, parse_kinds, resolve_profile
     from hwtune.tuner.plan import build_plan
 
-    opts = TuneOptions(backends=parse_backends(backends), budget_s=budget * 60 if budget is not None else None,
-                       time_cap_s=time_cap, timeout_s=timeout, resume=resume, fresh=fresh, device=device,
-                       warmup=not no_warmup, lease_s=lease)
+    opts = TuneOptions(
+        backends=parse_backends(backends),
+        budget_s=budget * 60 if budget is not None else None,
+        time_cap_s=time_cap,
+        timeout_s=timeout,
+        resume=resume,
+        fresh=fresh,
+        device=device,
+        warmup=not no_warmup,
+        lease_s=lease,
+    )
     opts.check()
     kind_list = parse_kinds(kinds)
     profile = resolve_profile(device)
-    overrides = dict(kv_cache_dtype=kv_cache_dtype, block_size=block_size, kv_layout=kv_layout, dcp_size=dcp,
-                     spec_tokens=spec_tokens)
-    plan = build_plan(model, plan_file, tp=tp, ep=ep, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
-                      kinds=kind_list, quick=quick, device=profile, attention_overrides=overrides)
+    overrides = dict(
+        kv_cache_dtype=kv_cache_dtype, block_size=block_size, kv_layout=kv_layout, dcp_size=dcp, spec_tokens=spec_tokens
+    )
+    plan = build_plan(
+        model,
+        plan_file,
+        tp=tp,
+        ep=ep,
+        max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
+        kinds=kind_list,
+        quick=quick,
+        device=profile,
+        attention_overrides=overrides,
+    )
     if dry_run:
         _print_dry_run(plan, profile, opts, json_out)
         return
@@ -97,24 +126,36 @@ def _print_dry_run(plan: Plan, profile: DeviceProfile, opts: TuneOptions, json_o
     if json_out:
         emit_json({"plan": plan.to_dict(), "estimated_seconds": est, "device": profile.describe()})
         return
-    console.print(f"plan {plan.name!r} ({plan.digest()}): {len(plan.items)} workloads on {profile.describe()}, "
-                  f"estimated {est / 60:.1f} min")
+    console.print(
+        f"plan {plan.name!r} ({plan.digest()}): {len(plan.items)} workloads on {profile.describe()}, "
+        f"estimated {est / 60:.1f} min"
+    )
     for item in plan.items:
         console.print(f"  [level {item.level}] {describe_item(item)}", markup=False)
     for note in plan.notes:
         console.print(f"  note: {note}", markup=False)
 
 
-def _run(plan: Plan, profile: DeviceProfile, opts: TuneOptions, db: Optional[str],
-         json_out: bool) -> tuple[TuneReport, list[MeasurementRecord]]:
+def _run(
+    plan: Plan, profile: DeviceProfile, opts: TuneOptions, db: Optional[str], json_out: bool
+) -> tuple[TuneReport, list[MeasurementRecord]]:
     """Run the tuner with a progress bar on stderr; returns its report and the run's records."""
     from hwtune.db.store import Store
     from hwtune.tuner.run import Tuner
 
-    with Store.open(db) as store, Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TimeRemainingColumn(), console=console, transient=False, disable=json_out,
-    ) as bar:
+    with (
+        Store.open(db) as store,
+        Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+            disable=json_out,
+        ) as bar,
+    ):
         task = bar.add_task("tuning", total=len(plan.items))
 
         def progress(event: str, done: int, total: int, message: str) -> None:
@@ -134,12 +175,15 @@ def _print_report(report: TuneReport, records: list[MeasurementRecord], json_out
         emit_json({**vars(report), "winners": [w.to_dict() for w in winners(records)]})
         return
     console.print(_winners_table(records))
-    console.print(f"{report.state}: {report.items_done} workloads, {report.records} records "
-                  f"({', '.join(f'{k} {v}' for k, v in sorted(report.statuses.items()))}) in "
-                  f"{report.elapsed_s / 60:.1f} min; run {report.run_id}, environment {report.environment_hash}",
-                  markup=False)
+    console.print(
+        f"{report.state}: {report.items_done} workloads, {report.records} records "
+        f"({', '.join(f'{k} {v}' for k, v in sorted(report.statuses.items()))}) in "
+        f"{report.elapsed_s / 60:.1f} min; run {report.run_id}, environment {report.environment_hash}",
+        markup=False,
+    )
     if report.compile_s:
-        console.print("JIT compile (s): " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(report.compile_s.items())),
-                      markup=False)
+        console.print(
+            "JIT compile (s): " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(report.compile_s.items())), markup=False
+        )
     for note in report.notes:
         console.print(f"note: {note}", markup=False)

@@ -94,8 +94,13 @@ class DeviceProfile:
 
 def _gpu(name: str, cc: tuple[int, int], sms: int, mem_gib: float, l2_mib: float) -> DeviceProfile:
     return DeviceProfile(
-        name=name, compute_capability=cc, sm_count=sms, memory_bytes=int(mem_gib * GIB),
-        l2_bytes=int(l2_mib * MIB), interconnect="nvlink", simulated=True,
+        name=name,
+        compute_capability=cc,
+        sm_count=sms,
+        memory_bytes=int(mem_gib * GIB),
+        l2_bytes=int(l2_mib * MIB),
+        interconnect="nvlink",
+        simulated=True,
     )
 
 
@@ -112,7 +117,12 @@ _NAMED: dict[str, DeviceProfile] = {
     "rtx5090": dataclasses.replace(_gpu("NVIDIA GeForce RTX 5090", (12, 0), 170, 32, 96), interconnect="pcie"),
 }
 _BY_SM: dict[str, str] = {
-    "sm80": "a100", "sm86": "a10", "sm89": "l40s", "sm90": "h100", "sm100": "b200", "sm103": "b300",
+    "sm80": "a100",
+    "sm86": "a10",
+    "sm89": "l40s",
+    "sm90": "h100",
+    "sm100": "b200",
+    "sm103": "b300",
     "sm120": "rtx5090",
 }
 

@@ -60,10 +60,20 @@ class SoftwareStack:
 
 #: Human names of fingerprint fields, for "measured with flashinfer 0.6.11; installed is 0.6.18".
 FIELD_WORDS = {
-    "torch": "torch", "cuda_runtime": "CUDA runtime", "triton": "triton", "flashinfer": "flashinfer",
-    "cudnn": "cuDNN", "nccl": "NCCL", "hwtune": "hwtune", "name": "GPU", "vendor": "vendor",
-    "compute_capability": "compute capability", "memory_bytes": "GPU memory", "gpu_count": "GPU count",
-    "interconnect": "interconnect", "driver": "driver",
+    "torch": "torch",
+    "cuda_runtime": "CUDA runtime",
+    "triton": "triton",
+    "flashinfer": "flashinfer",
+    "cudnn": "cuDNN",
+    "nccl": "NCCL",
+    "hwtune": "hwtune",
+    "name": "GPU",
+    "vendor": "vendor",
+    "compute_capability": "compute capability",
+    "memory_bytes": "GPU memory",
+    "gpu_count": "GPU count",
+    "interconnect": "interconnect",
+    "driver": "driver",
 }
 
 

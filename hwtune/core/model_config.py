@@ -63,8 +63,14 @@ def _first(cfg: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
 #: transformers' class defaults for configs that omit fields because they equal the defaults
 #: (transformers/models/gemma3/configuration_gemma3.py Gemma3TextConfig.__init__).
 _MODEL_TYPE_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
-    "gemma3_text": {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "hidden_size": 2304,
-                    "sliding_window": 4096, "num_hidden_layers": 26},
+    "gemma3_text": {
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "hidden_size": 2304,
+        "sliding_window": 4096,
+        "num_hidden_layers": 26,
+    },
 }
 
 
@@ -167,9 +173,14 @@ def attention_spec(model: ModelInfo, tp: int = 1, **overrides: Any) -> Attention
     if model.use_mla:
         rope = model.qk_rope_head_dim or 64
         fields.update(
-            num_heads=model.num_heads // tp, num_kv_heads=1, head_size=int(model.kv_lora_rank or 0) + rope,
-            use_mla=True, kv_lora_rank=model.kv_lora_rank, qk_rope_head_dim=rope,
-            qk_nope_head_dim=model.qk_nope_head_dim, v_head_dim=model.v_head_dim,
+            num_heads=model.num_heads // tp,
+            num_kv_heads=1,
+            head_size=int(model.kv_lora_rank or 0) + rope,
+            use_mla=True,
+            kv_lora_rank=model.kv_lora_rank,
+            qk_rope_head_dim=rope,
+            qk_nope_head_dim=model.qk_nope_head_dim,
+            v_head_dim=model.v_head_dim,
         )
     else:
         if model.num_kv_heads >= tp and model.num_kv_heads % tp:
@@ -187,10 +198,14 @@ def attention_spec(model: ModelInfo, tp: int = 1, **overrides: Any) -> Attention
 def all2all_spec(model: ModelInfo, ep_size: int, **overrides: Any) -> All2AllSpec:
     """The All2AllSpec for a MoE model at expert parallelism ``ep_size``."""
     if not model.is_moe:
-        raise InvalidSpecError(f"model type {model.model_type} has no MoE fields (num_local_experts, "
-                               "n_routed_experts, num_experts): it has no all2all to select")
+        raise InvalidSpecError(
+            f"model type {model.model_type} has no MoE fields (num_local_experts, "
+            "n_routed_experts, num_experts): it has no all2all to select"
+        )
     fields: dict[str, Any] = {
-        "ep_size": ep_size, "num_experts": model.num_experts, "topk": model.topk or 1,
+        "ep_size": ep_size,
+        "num_experts": model.num_experts,
+        "topk": model.topk or 1,
         "hidden_size": model.hidden_size,
     }
     fields.update({k: v for k, v in overrides.items() if v is not None})

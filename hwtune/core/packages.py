@@ -104,8 +104,5 @@ def check_requirement(req: PackageRequirement) -> str | None:
                 return None
         except (InvalidVersion, InvalidSpecifier):
             return f"{dist} {version} has a version hwtune cannot parse (needs {req.specifier})"
-        return (
-            f"{dist} {version} is installed but {req.describe()} is needed"
-            + (f" ({req.why})" if req.why else "")
-        )
+        return f"{dist} {version} is installed but {req.describe()} is needed" + (f" ({req.why})" if req.why else "")
     return f"{req.distribution} is not installed (pip install '{req.describe()}')"

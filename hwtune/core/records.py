@@ -57,8 +57,15 @@ class LatencyStats:
 
         med = q(0.5)
         p10, p90 = q(0.1), q(0.9)
-        return cls(median_us=med, p10_us=p10, p90_us=p90, mean_us=sum(xs) / n, n=n,
-                   spread=(p90 - p10) / med if med > 0 else 0.0, ci95_rel=ci95_rel)
+        return cls(
+            median_us=med,
+            p10_us=p10,
+            p90_us=p90,
+            mean_us=sum(xs) / n,
+            n=n,
+            spread=(p90 - p10) / med if med > 0 else 0.0,
+            ci95_rel=ci95_rel,
+        )
 
 
 def _hostname() -> str:

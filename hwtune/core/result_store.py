@@ -17,16 +17,30 @@ class ResultStore(Protocol):
         """Store records as measured; returns how many were new."""
         ...
 
-    def measurements(self, kind: str | None = None, *, workload_keys: Sequence[str] | None = None,
-                     spec_key: str | None = None, environment_hash: str | None = None,
-                     backend: str | None = None, statuses: Sequence[str] | None = None,
-                     run_id: str | None = None, limit: int | None = None) -> list[MeasurementRecord]:
+    def measurements(
+        self,
+        kind: str | None = None,
+        *,
+        workload_keys: Sequence[str] | None = None,
+        spec_key: str | None = None,
+        environment_hash: str | None = None,
+        backend: str | None = None,
+        statuses: Sequence[str] | None = None,
+        run_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[MeasurementRecord]:
         """Stored measurements matching every given filter, oldest first."""
         ...
 
-    def start_run(self, *, who: str | None = None, host: str | None = None,
-                  plan: Mapping[str, Any] | None = None, budget_s: float | None = None,
-                  run_id: str | None = None) -> str:
+    def start_run(
+        self,
+        *,
+        who: str | None = None,
+        host: str | None = None,
+        plan: Mapping[str, Any] | None = None,
+        budget_s: float | None = None,
+        run_id: str | None = None,
+    ) -> str:
         """Record the start of a tuning run; returns its id."""
         ...
 
@@ -38,8 +52,9 @@ class ResultStore(Protocol):
         """Add work items (key, payload) to a plan's queue; existing keys are kept."""
         ...
 
-    def claim(self, plan_id: str, worker: str, n: int, lease_s: float,
-              max_attempts: int = 3) -> list[tuple[str, dict[str, Any]]]:
+    def claim(
+        self, plan_id: str, worker: str, n: int, lease_s: float, max_attempts: int = 3
+    ) -> list[tuple[str, dict[str, Any]]]:
         """Take up to ``n`` pending (or lease-expired) items for ``worker``."""
         ...
 

@@ -19,9 +19,17 @@ from hwtune.core.errors import InvalidSpecError
 
 #: Model (activation) dtypes and their accepted spellings.
 DTYPE_ALIASES: Mapping[str, str] = {
-    "bfloat16": "bfloat16", "bf16": "bfloat16", "torch.bfloat16": "bfloat16",
-    "float16": "float16", "fp16": "float16", "half": "float16", "torch.float16": "float16",
-    "float32": "float32", "fp32": "float32", "float": "float32", "torch.float32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "torch.bfloat16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "torch.float16": "float16",
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
+    "torch.float32": "float32",
 }
 
 #: KV-cache dtypes hwtune knows of. Knowing a name is not supporting it: each backend declares its own
@@ -29,18 +37,28 @@ DTYPE_ALIASES: Mapping[str, str] = {
 #: (vllm/config/cache.py CacheDType; vllm/utils/torch_utils.py STR_DTYPE_TO_TORCH_DTYPE maps fp8 -> e4m3).
 KV_CACHE_DTYPE_ALIASES: Mapping[str, str] = {
     "auto": "auto",
-    "bfloat16": "bfloat16", "bf16": "bfloat16",
-    "float16": "float16", "fp16": "float16", "half": "float16",
-    "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "fp8": "fp8_e4m3",
+    "fp8_e4m3": "fp8_e4m3",
+    "fp8_e5m2": "fp8_e5m2",
     "fp8_ds_mla": "fp8_ds_mla",
-    "turboquant_4bit": "turboquant_4bit", "turboquant_8bit": "turboquant_8bit",
+    "turboquant_4bit": "turboquant_4bit",
+    "turboquant_8bit": "turboquant_8bit",
 }
 
 #: Activation payload dtypes for MoE dispatch (vLLM's quant_dtype of the fused-MoE quant config).
 QUANT_DTYPE_ALIASES: Mapping[str, str] = {
-    "bf16": "bf16", "bfloat16": "bf16", "none": "bf16",
-    "fp16": "fp16", "float16": "fp16",
-    "fp8": "fp8", "fp8_e4m3": "fp8",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "none": "bf16",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "fp8": "fp8",
+    "fp8_e4m3": "fp8",
     "nvfp4": "nvfp4",
     "mxfp8": "mxfp8",
     "mxfp4": "mxfp4",
@@ -143,8 +161,7 @@ class AttentionSpec:
                 latent = self.kv_lora_rank + self.qk_rope_head_dim
                 if latent != self.head_size:
                     raise InvalidSpecError(
-                        f"for MLA, head_size must be kv_lora_rank + qk_rope_head_dim = {latent}, "
-                        f"got {self.head_size}"
+                        f"for MLA, head_size must be kv_lora_rank + qk_rope_head_dim = {latent}, got {self.head_size}"
                     )
         elif self.kv_lora_rank is not None:
             raise InvalidSpecError("kv_lora_rank is an MLA field; set use_mla=True (--mla) to use it")
@@ -252,9 +269,7 @@ class All2AllSpec:
         if self.topk > self.num_experts:
             raise InvalidSpecError(f"topk ({self.topk}) cannot exceed num_experts ({self.num_experts})")
         if self.num_experts % self.ep_size:
-            raise InvalidSpecError(
-                f"num_experts ({self.num_experts}) must be divisible by ep_size ({self.ep_size})"
-            )
+            raise InvalidSpecError(f"num_experts ({self.num_experts}) must be divisible by ep_size ({self.ep_size})")
         if self.ep_size % self.num_nodes:
             raise InvalidSpecError(f"ep_size ({self.ep_size}) must be divisible by num_nodes ({self.num_nodes})")
         object.__setattr__(self, "quant_dtype", normalize_quant_dtype(self.quant_dtype))
@@ -321,6 +336,15 @@ def workload_from_dict(kind: str, data: Mapping[str, Any]) -> Workload:
 
 
 __all__ = [
-    "AttentionSpec", "AttentionWorkload", "All2AllSpec", "All2AllWorkload", "Spec", "Workload", "PHASES",
-    "normalize_dtype", "normalize_kv_cache_dtype", "normalize_quant_dtype", "workload_from_dict",
+    "AttentionSpec",
+    "AttentionWorkload",
+    "All2AllSpec",
+    "All2AllWorkload",
+    "Spec",
+    "Workload",
+    "PHASES",
+    "normalize_dtype",
+    "normalize_kv_cache_dtype",
+    "normalize_quant_dtype",
+    "workload_from_dict",
 ]

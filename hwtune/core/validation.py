@@ -96,11 +96,13 @@ def package_rejections(
             out.append(Rejection("package", f"{who} needs {req.describe()}: {problem}."))
     if backend.needs_cuda_torch and device.is_cuda and installed_version("torch") and torch_cuda_version() is None:
         lib = "FlashInfer" if any(r.distribution.startswith("flashinfer") for r in backend.packages) else who
-        out.append(Rejection(
-            "package",
-            f"{lib} needs a CUDA build of torch; the installed torch {installed_version('torch')} is CPU-only "
-            "(install a CUDA build, or plan for another machine with --assume-installed).",
-        ))
+        out.append(
+            Rejection(
+                "package",
+                f"{lib} needs a CUDA build of torch; the installed torch {installed_version('torch')} is CPU-only "
+                "(install a CUDA build, or plan for another machine with --assume-installed).",
+            )
+        )
     return out
 
 
@@ -115,56 +117,75 @@ def device_rejections(rules: AttentionRules | All2AllRules, device: DeviceProfil
         assert rules.compute_capabilities is not None and device.compute_capability is not None
         if not any(r.allows(device.compute_capability) for r in rules.compute_capabilities):
             major, minor = device.compute_capability
-            return [Rejection(
-                "compute_capability",
-                f"{who} needs compute capability {describe_ccs(rules.compute_capabilities)}; "
-                f"{device.describe()} is SM {major}.{minor}.",
-            )]
+            return [
+                Rejection(
+                    "compute_capability",
+                    f"{who} needs compute capability {describe_ccs(rules.compute_capabilities)}; "
+                    f"{device.describe()} is SM {major}.{minor}.",
+                )
+            ]
     return []
+
+
+def _allowlist_rejections(rules: AttentionRules, spec: AttentionSpec, who: str) -> list[Rejection]:
+    """The spec's values that the rules' allowlists do not list, each with what is supported."""
+    assert rules.dtypes is not None and rules.kv_cache_dtypes is not None and rules.head_sizes is not None
+    assert rules.block_sizes is not None and rules.kv_layouts is not None and rules.gqa_groups is not None
+    checks = [
+        ("dtype", spec.dtype in rules.dtypes, f"dtype {spec.dtype}", _listing(rules.dtypes)),
+        (
+            "kv_cache_dtype",
+            spec.kv_cache_dtype in rules.kv_cache_dtypes,
+            f"kv-cache dtype {spec.kv_cache_dtype}",
+            _listing(rules.kv_cache_dtypes),
+        ),
+        (
+            "head_size",
+            rules.head_sizes.allows(spec.head_size),
+            f"head size {spec.head_size}",
+            rules.head_sizes.describe(),
+        ),
+        (
+            "block_size",
+            rules.block_sizes.allows(spec.block_size),
+            f"block size {spec.block_size}",
+            rules.block_sizes.describe(),
+        ),
+        (
+            "kv_layout",
+            spec.kv_layout == "auto" or spec.kv_layout in rules.kv_layouts,
+            f"the {spec.kv_layout} KV layout",
+            _listing(rules.kv_layouts),
+        ),
+        (
+            "gqa_group",
+            rules.gqa_groups.allows(spec.gqa_group),
+            f"{spec.gqa_group} query heads per KV head",
+            rules.gqa_groups.describe(),
+        ),
+    ]
+    return [
+        Rejection(code, f"{who} does not support {what} (supports {supported}).")
+        for code, ok, what, supported in checks
+        if not ok
+    ]
 
 
 def _attention_rule_rejections(
     rules: AttentionRules, spec: AttentionSpec, device: DeviceProfile, who: str, phases: tuple[str, ...]
 ) -> list[Rejection]:
-    assert rules.dtypes is not None and rules.kv_cache_dtypes is not None and rules.head_sizes is not None
-    assert rules.block_sizes is not None and rules.kv_layouts is not None and rules.gqa_groups is not None
     out = device_rejections(rules, device, who)
-    if spec.dtype not in rules.dtypes:
-        out.append(Rejection("dtype", f"{who} does not support dtype {spec.dtype} (supports {_listing(rules.dtypes)})."))
-    if spec.kv_cache_dtype not in rules.kv_cache_dtypes:
-        out.append(Rejection(
-            "kv_cache_dtype",
-            f"{who} does not support kv-cache dtype {spec.kv_cache_dtype} "
-            f"(supports {_listing(rules.kv_cache_dtypes)}).",
-        ))
+    out += _allowlist_rejections(rules, spec, who)
     need = (rules.kv_cache_dtype_min_cc or {}).get(spec.kv_cache_dtype)
-    if need is not None and device.is_cuda and device.compute_capability is not None \
-            and device.compute_capability < need:
-        out.append(Rejection(
-            "kv_cache_dtype",
-            f"{who} supports kv-cache dtype {spec.kv_cache_dtype} only from SM {need[0]}.{need[1]}; "
-            f"{device.describe()} is older.",
-        ))
-    if not rules.head_sizes.allows(spec.head_size):
-        out.append(Rejection(
-            "head_size", f"{who} does not support head size {spec.head_size} (supports {rules.head_sizes.describe()})."
-        ))
-    if not rules.block_sizes.allows(spec.block_size):
-        out.append(Rejection(
-            "block_size",
-            f"{who} does not support block size {spec.block_size} (supports {rules.block_sizes.describe()}).",
-        ))
-    if spec.kv_layout != "auto" and spec.kv_layout not in rules.kv_layouts:
-        out.append(Rejection(
-            "kv_layout",
-            f"{who} does not support the {spec.kv_layout} KV layout (supports {_listing(rules.kv_layouts)}).",
-        ))
-    if not rules.gqa_groups.allows(spec.gqa_group):
-        out.append(Rejection(
-            "gqa_group",
-            f"{who} does not support {spec.gqa_group} query heads per KV head "
-            f"(supports {rules.gqa_groups.describe()}).",
-        ))
+    cc = device.compute_capability
+    if need is not None and device.is_cuda and cc is not None and cc < need:
+        out.append(
+            Rejection(
+                "kv_cache_dtype",
+                f"{who} supports kv-cache dtype {spec.kv_cache_dtype} only from SM "
+                f"{need[0]}.{need[1]}; {device.describe()} is older.",
+            )
+        )
     features = rules.features or frozenset()
     demanded = demanded_features(spec)
     seen: set[Feature] = set()
@@ -175,38 +196,49 @@ def _attention_rule_rejections(
     return out
 
 
-def _all2all_rule_rejections(rules: All2AllRules, spec: All2AllSpec, device: DeviceProfile, who: str) -> list[Rejection]:
+def _all2all_rule_rejections(
+    rules: All2AllRules, spec: All2AllSpec, device: DeviceProfile, who: str
+) -> list[Rejection]:
     assert rules.quant_dtypes is not None and rules.ep_sizes is not None and rules.hidden_sizes is not None
     out = device_rejections(rules, device, who)
     if spec.quant_dtype not in rules.quant_dtypes:
-        out.append(Rejection(
-            "quant_dtype",
-            f"{who} accepts only {_listing(rules.quant_dtypes)} activations; {spec.quant_dtype} was asked "
-            "(--quant-dtype).",
-        ))
+        out.append(
+            Rejection(
+                "quant_dtype",
+                f"{who} accepts only {_listing(rules.quant_dtypes)} activations; {spec.quant_dtype} was asked "
+                "(--quant-dtype).",
+            )
+        )
     if not rules.ep_sizes.allows(spec.ep_size):
-        out.append(Rejection(
-            "ep_size", f"{who} does not support EP size {spec.ep_size} (supports {rules.ep_sizes.describe()})."
-        ))
+        out.append(
+            Rejection(
+                "ep_size", f"{who} does not support EP size {spec.ep_size} (supports {rules.ep_sizes.describe()})."
+            )
+        )
     if not rules.hidden_sizes.allows(spec.hidden_size):
-        out.append(Rejection(
-            "hidden_size",
-            f"{who} does not support hidden size {spec.hidden_size} (supports {rules.hidden_sizes.describe()}).",
-        ))
+        out.append(
+            Rejection(
+                "hidden_size",
+                f"{who} does not support hidden size {spec.hidden_size} (supports {rules.hidden_sizes.describe()}).",
+            )
+        )
     if rules.max_topk is not None and spec.topk > rules.max_topk:
         out.append(Rejection("topk", f"{who} supports top-k up to {rules.max_topk}; top-k is {spec.topk}."))
     features = rules.features or frozenset()
     if spec.internode and Feature.INTERNODE not in features:
-        out.append(Rejection("feature:internode", f"{who} runs within one node only; this spec spans "
-                                                  f"{spec.num_nodes} nodes."))
+        out.append(
+            Rejection("feature:internode", f"{who} runs within one node only; this spec spans {spec.num_nodes} nodes.")
+        )
     if not spec.internode and Feature.INTRANODE not in features:
         out.append(Rejection("feature:intranode", f"{who} runs across nodes only; this spec is one node."))
     if rules.interconnect == "nvlink" and device.is_cuda and device.interconnect != "nvlink":
-        out.append(Rejection(
-            "interconnect",
-            f"{who} needs NVLink between the GPUs; {device.describe()} reports {device.interconnect} "
-            f"({device.gpu_count} GPU(s)).",
-        ))
+        out.append(
+            Rejection(
+                "interconnect",
+                f"{who} needs NVLink between the GPUs; {device.describe()} reports {device.interconnect} "
+                f"({device.gpu_count} GPU(s)).",
+            )
+        )
     return out
 
 
@@ -219,10 +251,15 @@ def check_tactic(
     """Reasons this tactic cannot serve ``spec`` (for its own phases); backend-level checks not repeated."""
     who = f"{backend.name} tactic {tactic.name}"
     rules = backend.effective(tactic)
-    out = [] if assume_installed else [
-        Rejection("package", f"{who} needs {r.describe()}: {p}.")
-        for r in tactic.packages if (p := check_requirement(r))
-    ]
+    out = (
+        []
+        if assume_installed
+        else [
+            Rejection("package", f"{who} needs {r.describe()}: {p}.")
+            for r in tactic.packages
+            if (p := check_requirement(r))
+        ]
+    )
     if isinstance(spec, AttentionSpec):
         assert isinstance(rules, AttentionRules)
         phases = tuple(p for p in ATTENTION_PHASES if p in tactic.phases)
@@ -239,14 +276,13 @@ def valid_tactics(
     backend: Backend, spec: Spec, device: DeviceProfile, phase: str, *, assume_installed: bool = False
 ) -> list[Tactic]:
     return [
-        t for t in backend.tactics
+        t
+        for t in backend.tactics
         if phase in t.phases and not check_tactic(backend, t, spec, device, assume_installed=assume_installed)
     ]
 
 
-def check(
-    backend: Backend, spec: Spec, device: DeviceProfile, *, assume_installed: bool = False
-) -> list[Rejection]:
+def check(backend: Backend, spec: Spec, device: DeviceProfile, *, assume_installed: bool = False) -> list[Rejection]:
     """Every reason ``backend`` cannot serve ``spec`` on ``device`` (empty: valid)."""
     who = backend.name
     if isinstance(spec, AttentionSpec) != (backend.kind == "attention"):
@@ -257,11 +293,15 @@ def check(
         is_mla = backend.has(Feature.MLA)
         # An MLA mismatch makes every other fact moot (head size 576 and so on): report it alone.
         if spec.use_mla and not is_mla:
-            return [Rejection("mla", f"This model uses multi-head latent attention (MLA); {who} is not an "
-                                     "MLA backend.")]
+            return [
+                Rejection("mla", f"This model uses multi-head latent attention (MLA); {who} is not an MLA backend.")
+            ]
         if is_mla and not spec.use_mla:
-            return [Rejection("mla", f"{who} implements multi-head latent attention (MLA) only; this model "
-                                     "does not use MLA.")]
+            return [
+                Rejection(
+                    "mla", f"{who} implements multi-head latent attention (MLA) only; this model does not use MLA."
+                )
+            ]
         out += _attention_rule_rejections(backend.rules, spec, device, who, ATTENTION_PHASES)
     else:
         assert isinstance(backend.rules, All2AllRules)
@@ -272,10 +312,13 @@ def check(
         candidates = [t for t in backend.tactics if phase in t.phases]
         if valid_tactics(backend, spec, device, phase, assume_installed=assume_installed):
             continue
-        why = "; ".join(
-            f"{t.name}: {check_tactic(backend, t, spec, device, assume_installed=assume_installed)[0].message}"
-            for t in candidates
-        ) or "none declared"
+        why = (
+            "; ".join(
+                f"{t.name}: {check_tactic(backend, t, spec, device, assume_installed=assume_installed)[0].message}"
+                for t in candidates
+            )
+            or "none declared"
+        )
         out.append(Rejection(f"tactics:{phase}", f"No {who} tactic can run {phase} for this spec ({why})"))
     return out
 

@@ -73,11 +73,11 @@ def _sqlite_engine(url: URL, *, read_only: bool, busy_timeout_s: float) -> Engin
 
     def creator() -> sqlite3.Connection:
         if path is None:
-            return sqlite3.connect(url.database or ":memory:", timeout=busy_timeout_s,
-                                   check_same_thread=False)
+            return sqlite3.connect(url.database or ":memory:", timeout=busy_timeout_s, check_same_thread=False)
         mode = "ro" if read_only else "rwc"
-        return sqlite3.connect(f"file:{quote(str(path))}?mode={mode}", uri=True, timeout=busy_timeout_s,
-                               check_same_thread=False)
+        return sqlite3.connect(
+            f"file:{quote(str(path))}?mode={mode}", uri=True, timeout=busy_timeout_s, check_same_thread=False
+        )
 
     engine = create_engine(url, creator=creator, json_serializer=dumps)
 
@@ -97,8 +97,7 @@ def _sqlite_engine(url: URL, *, read_only: bool, busy_timeout_s: float) -> Engin
     return engine
 
 
-def _postgres_engine(url: URL, *, read_only: bool, connect_timeout: float,
-                     statement_timeout_s: float | None) -> Engine:
+def _postgres_engine(url: URL, *, read_only: bool, connect_timeout: float, statement_timeout_s: float | None) -> Engine:
     options = []
     if read_only:
         options.append("-c default_transaction_read_only=on")
@@ -112,19 +111,27 @@ def _postgres_engine(url: URL, *, read_only: bool, connect_timeout: float,
     }
     if options:
         connect_args["options"] = " ".join(options)
-    return create_engine(url, connect_args=connect_args, pool_pre_ping=True, json_serializer=dumps,
-                         pool_size=2, max_overflow=4)
+    return create_engine(
+        url, connect_args=connect_args, pool_pre_ping=True, json_serializer=dumps, pool_size=2, max_overflow=4
+    )
 
 
-def make_engine(url: URL, *, read_only: bool = False, connect_timeout: float = 5.0,
-                busy_timeout_s: float = BUSY_TIMEOUT_S, statement_timeout_s: float | None = None) -> Engine:
+def make_engine(
+    url: URL,
+    *,
+    read_only: bool = False,
+    connect_timeout: float = 5.0,
+    busy_timeout_s: float = BUSY_TIMEOUT_S,
+    statement_timeout_s: float | None = None,
+) -> Engine:
     """An engine for ``url`` with the pragmas, hooks and timeouts above, registered for fork safety."""
     backend = url.get_backend_name()
     if backend == "sqlite":
         engine = _sqlite_engine(url, read_only=read_only, busy_timeout_s=busy_timeout_s)
     elif backend == "postgresql":
-        engine = _postgres_engine(url, read_only=read_only, connect_timeout=connect_timeout,
-                                  statement_timeout_s=statement_timeout_s)
+        engine = _postgres_engine(
+            url, read_only=read_only, connect_timeout=connect_timeout, statement_timeout_s=statement_timeout_s
+        )
     else:  # resolve() already refused it; kept for callers that build URLs themselves
         raise StoreUnavailableError(f"unsupported store {mask(url)}")
     _ENGINES.add(engine)
@@ -150,8 +157,9 @@ def enable_wal(engine: Engine) -> str:
     if mode != "wal":
         mode = _pragma(engine, "PRAGMA journal_mode=WAL")
     if mode != "wal":
-        log.warning("SQLite refused WAL for %s (journal mode stays %r): readers will wait for writers",
-                    mask(engine.url), mode)
+        log.warning(
+            "SQLite refused WAL for %s (journal mode stays %r): readers will wait for writers", mask(engine.url), mode
+        )
     return mode
 
 

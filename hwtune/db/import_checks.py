@@ -26,13 +26,27 @@ HEADER_FIELDS = frozenset({"format", "version", "exported_at", "hwtune_version",
 _STR = (str,)
 _OPT_STR = (str, type(None))
 REQUIRED: Mapping[str, tuple[type, ...]] = {
-    "kind": _STR, "workload": (dict,), "workload_key": _STR, "backend": _STR, "tactic": _STR, "status": _STR,
-    "environment": (dict,), "environment_hash": _STR, "host": _STR, "hwtune_version": _STR,
+    "kind": _STR,
+    "workload": (dict,),
+    "workload_key": _STR,
+    "backend": _STR,
+    "tactic": _STR,
+    "status": _STR,
+    "environment": (dict,),
+    "environment_hash": _STR,
+    "host": _STR,
+    "hwtune_version": _STR,
     "created_at": _STR,
 }
 OPTIONAL: Mapping[str, tuple[type, ...]] = {
-    "message": _STR, "stats": (dict, type(None)), "error": (dict, type(None)), "timing_method": _OPT_STR,
-    "compile_time_s": (int, float, type(None)), "gpu_uuid": _OPT_STR, "run_id": _OPT_STR, "extra": (dict,),
+    "message": _STR,
+    "stats": (dict, type(None)),
+    "error": (dict, type(None)),
+    "timing_method": _OPT_STR,
+    "compile_time_s": (int, float, type(None)),
+    "gpu_uuid": _OPT_STR,
+    "run_id": _OPT_STR,
+    "extra": (dict,),
 }
 STATS_REQUIRED = ("median_us", "p10_us", "p90_us", "mean_us", "n", "spread")
 
@@ -53,13 +67,14 @@ def check_header(line: str) -> int:
     except ValueError as exc:
         raise ValueError(f"the first line is not a JSON header ({exc})") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise ValueError(f"not an hwtune measurements file: the first line must be a header with "
-                         f'"format": "{FORMAT}"')
+        raise ValueError(f'not an hwtune measurements file: the first line must be a header with "format": "{FORMAT}"')
     version = header.get("version")
     if version != VERSION:
-        raise ValueError(f"format version {version!r} is not one this hwtune reads (it reads version "
-                         f"{VERSION}); "
-                         "export again with this hwtune, or upgrade hwtune")
+        raise ValueError(
+            f"format version {version!r} is not one this hwtune reads (it reads version "
+            f"{VERSION}); "
+            "export again with this hwtune, or upgrade hwtune"
+        )
     unknown = set(header) - HEADER_FIELDS
     if unknown:
         raise ValueError(f"unknown header fields: {', '.join(sorted(unknown))}")

@@ -73,13 +73,19 @@ def outdated_message(engine: Engine, current: str | None) -> str | None:
     if current == target:
         return None
     if current is None:
-        return (f"no hwtune store at {where} yet (no schema); create it with `hwtune db upgrade --db URL` "
-                "(or let `hwtune tune` create it)")
+        return (
+            f"no hwtune store at {where} yet (no schema); create it with `hwtune db upgrade --db URL` "
+            "(or let `hwtune tune` create it)"
+        )
     if current not in known_revisions():
-        return (f"the store at {where} is at schema revision {current}, which this hwtune does not know: "
-                f"a newer hwtune migrated it (this one knows up to {target}). Upgrade hwtune here.")
-    return (f"the store at {where} is at schema revision {current}; this hwtune needs {target}. "
-            f"Run `hwtune db upgrade --db {where}` (with a role allowed to change the schema).")
+        return (
+            f"the store at {where} is at schema revision {current}, which this hwtune does not know: "
+            f"a newer hwtune migrated it (this one knows up to {target}). Upgrade hwtune here."
+        )
+    return (
+        f"the store at {where} is at schema revision {current}; this hwtune needs {target}. "
+        f"Run `hwtune db upgrade --db {where}` (with a role allowed to change the schema)."
+    )
 
 
 def _upgrade_locked(engine: Engine, target: str) -> tuple[str | None, str | None]:

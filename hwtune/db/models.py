@@ -96,8 +96,9 @@ class WorkloadRow(Base):
 class MeasurementRow(Base):
     __tablename__ = "measurements"
     __table_args__ = (
-        UniqueConstraint("run_id", "environment_id", "workload_id", "backend", "tactic",
-                         name="uq_measurements_candidate"),
+        UniqueConstraint(
+            "run_id", "environment_id", "workload_id", "backend", "tactic", name="uq_measurements_candidate"
+        ),
         # The selector's path: workloads by key or spec_key, then this index. No index on environment_id
         # alone: SQLite's planner (no statistics) would prefer it and scan half the table per lookup.
         Index("ix_measurements_workload_env", "workload_id", "environment_id"),

@@ -26,7 +26,7 @@ _CHUNK = 500
 
 def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterator[Sequence[Any]]:
     for i in range(0, len(items), size):
-        yield items[i:i + size]
+        yield items[i : i + size]
 
 
 class StoreReads:
@@ -40,10 +40,16 @@ class StoreReads:
         raise NotImplementedError
 
     def measurements(
-        self, kind: str | None = None, *, workload_keys: Sequence[str] | None = None,
-        spec_key: str | None = None, environment_hash: str | None = None, backend: str | None = None,
+        self,
+        kind: str | None = None,
+        *,
+        workload_keys: Sequence[str] | None = None,
+        spec_key: str | None = None,
+        environment_hash: str | None = None,
+        backend: str | None = None,
         statuses: Sequence[str] | None = None,
-        run_id: str | None = None, limit: int | None = None,
+        run_id: str | None = None,
+        limit: int | None = None,
     ) -> list[MeasurementRecord]:
         """Stored measurements matching every given filter, oldest first. Records share their workload and
         environment dicts with each other (and a per-store cache): treat them as read-only."""
@@ -69,14 +75,35 @@ class StoreReads:
                 return []
             return self._records(conn, conn.execute(query).mappings().all())
 
-    def latencies(self, spec_key: str, *, environment_hash: str | None = None,
-                  statuses: Sequence[str] | None = None) -> list[LatencyRow]:
+    def latencies(
+        self, spec_key: str, *, environment_hash: str | None = None, statuses: Sequence[str] | None = None
+    ) -> list[LatencyRow]:
         """Every measurement of one engine spec (in one environment) as ``LatencyRow`` tuples, oldest first:
         the shape columns, candidate, status and latency statistics, read without building records."""
-        query = (select(W.c.key, W.c.phase, W.c.batch, W.c.context_len, W.c.query_len, W.c.tokens_per_rank,
-                        M.c.backend, M.c.tactic, M.c.status, M.c.median_us, M.c.p10_us, M.c.p90_us, M.c.n,
-                        M.c.spread, M.c.ci95_rel, M.c.message, M.c.run_id, M.c.created_at)
-                 .select_from(M.join(W, M.c.workload_id == W.c.id)).where(W.c.spec_key == spec_key))
+        query = (
+            select(
+                W.c.key,
+                W.c.phase,
+                W.c.batch,
+                W.c.context_len,
+                W.c.query_len,
+                W.c.tokens_per_rank,
+                M.c.backend,
+                M.c.tactic,
+                M.c.status,
+                M.c.median_us,
+                M.c.p10_us,
+                M.c.p90_us,
+                M.c.n,
+                M.c.spread,
+                M.c.ci95_rel,
+                M.c.message,
+                M.c.run_id,
+                M.c.created_at,
+            )
+            .select_from(M.join(W, M.c.workload_id == W.c.id))
+            .where(W.c.spec_key == spec_key)
+        )
         with self._read() as conn:
             query = self._in_environment(conn, query, environment_hash)
             if query is None:
@@ -107,20 +134,25 @@ class StoreReads:
         """(highest measurement id, how many measurements of ``kind`` up to it): a fixed view for export."""
         with self._read() as conn:
             last = int(conn.execute(select(func.max(M.c.id))).scalar() or 0)
-            query = (select(func.count()).select_from(M.join(W, M.c.workload_id == W.c.id))
-                     .where(M.c.id <= last))
+            query = select(func.count()).select_from(M.join(W, M.c.workload_id == W.c.id)).where(M.c.id <= last)
             if kind is not None:
                 query = query.where(W.c.kind == kind)
             return last, int(conn.execute(query).scalar_one())
 
-    def iter_measurements(self, batch: int = 2000, *, kind: str | None = None,
-                          max_id: int | None = None) -> Iterator[list[MeasurementRecord]]:
+    def iter_measurements(
+        self, batch: int = 2000, *, kind: str | None = None, max_id: int | None = None
+    ) -> Iterator[list[MeasurementRecord]]:
         """Every measurement (of ``kind``; with id up to ``max_id``) in id order, ``batch`` at a time; each
         batch is its own short read, so a long export holds no transaction open."""
         last = 0
         while True:
-            query = (select(M.c.id, *_M_COLS).select_from(M.join(W, M.c.workload_id == W.c.id))
-                     .where(M.c.id > last).order_by(M.c.id).limit(batch))
+            query = (
+                select(M.c.id, *_M_COLS)
+                .select_from(M.join(W, M.c.workload_id == W.c.id))
+                .where(M.c.id > last)
+                .order_by(M.c.id)
+                .limit(batch)
+            )
             if kind is not None:
                 query = query.where(W.c.kind == kind)
             if max_id is not None:
@@ -136,8 +168,9 @@ class StoreReads:
     def _records(self, conn: Connection, rows: Sequence[Any]) -> list[MeasurementRecord]:
         wl_missing = sorted({r["workload_id"] for r in rows} - self._wl_docs.keys())
         for chunk in _chunks(wl_missing):
-            for i, k, key, doc in conn.execute(select(W.c.id, W.c.kind, W.c.key, W.c.normalized)
-                                               .where(W.c.id.in_(chunk))):
+            for i, k, key, doc in conn.execute(
+                select(W.c.id, W.c.kind, W.c.key, W.c.normalized).where(W.c.id.in_(chunk))
+            ):
                 self._wl_docs[i] = (k, key, doc)
         env_missing = sorted({r["environment_id"] for r in rows} - self._env_docs.keys())
         for chunk in _chunks(env_missing):

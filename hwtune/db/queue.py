@@ -33,19 +33,31 @@ def db_now(conn: Connection) -> _dt.datetime:
 def enqueue(conn: Connection, plan_id: str, items: Sequence[tuple[str, Mapping[str, Any]]]) -> int:
     """Add items (key, payload) to a plan; keys already there are left alone. Returns how many were new."""
     now = db_now(conn)
-    rows = [{"plan_id": plan_id, "item_key": key, "payload": dict(payload), "state": "pending",
-             "claimed_by": None, "lease_expires_at": None, "attempts": 0, "updated_at": now}
-            for key, payload in items]
+    rows = [
+        {
+            "plan_id": plan_id,
+            "item_key": key,
+            "payload": dict(payload),
+            "state": "pending",
+            "claimed_by": None,
+            "lease_expires_at": None,
+            "attempts": 0,
+            "updated_at": now,
+        }
+        for key, payload in items
+    ]
     return upsert(conn, T, rows, conflict=("plan_id", "item_key"))
 
 
-def claim(conn: Connection, plan_id: str, worker: str, n: int, lease_s: float,
-          max_attempts: int = 3) -> list[tuple[str, dict[str, Any]]]:
+def claim(
+    conn: Connection, plan_id: str, worker: str, n: int, lease_s: float, max_attempts: int = 3
+) -> list[tuple[str, dict[str, Any]]]:
     """Claim up to ``n`` items for ``worker`` until now + ``lease_s``; (key, payload) in plan order."""
     now = db_now(conn)
     expired = and_(T.c.state == "claimed", T.c.lease_expires_at < now)
     conn.execute(  # items that have already used up their attempts are failed, not handed out again
-        update(T).where(T.c.plan_id == plan_id, expired, T.c.attempts >= max_attempts)
+        update(T)
+        .where(T.c.plan_id == plan_id, expired, T.c.attempts >= max_attempts)
         .values(state="failed", lease_expires_at=None, updated_at=now)
     )
     pick = (
@@ -60,9 +72,15 @@ def claim(conn: Connection, plan_id: str, worker: str, n: int, lease_s: float,
     if not ids:
         return []
     claimed = conn.execute(
-        update(T).where(T.c.id.in_(ids))
-        .values(state="claimed", claimed_by=worker, attempts=T.c.attempts + 1, updated_at=now,
-                lease_expires_at=now + _dt.timedelta(seconds=lease_s))
+        update(T)
+        .where(T.c.id.in_(ids))
+        .values(
+            state="claimed",
+            claimed_by=worker,
+            attempts=T.c.attempts + 1,
+            updated_at=now,
+            lease_expires_at=now + _dt.timedelta(seconds=lease_s),
+        )
         .returning(T.c.id, T.c.item_key, T.c.payload)
     ).all()
     return [(key, payload) for _, key, payload in sorted(claimed, key=lambda r: r[0])]
@@ -74,8 +92,8 @@ def heartbeat(conn: Connection, plan_id: str, worker: str, keys: Sequence[str], 
         return []
     now = db_now(conn)
     rows = conn.execute(
-        update(T).where(T.c.plan_id == plan_id, T.c.item_key.in_(list(keys)), T.c.claimed_by == worker,
-                        T.c.state == "claimed")
+        update(T)
+        .where(T.c.plan_id == plan_id, T.c.item_key.in_(list(keys)), T.c.claimed_by == worker, T.c.state == "claimed")
         .values(lease_expires_at=now + _dt.timedelta(seconds=lease_s), updated_at=now)
         .returning(T.c.item_key)
     ).all()
@@ -89,7 +107,9 @@ def complete(conn: Connection, plan_id: str, key: str, ok: bool, worker: str | N
     if worker is not None:
         cond.append(T.c.claimed_by == worker)
     rows = conn.execute(
-        update(T).where(*cond).values(state="done" if ok else "failed", lease_expires_at=None, updated_at=now)
+        update(T)
+        .where(*cond)
+        .values(state="done" if ok else "failed", lease_expires_at=None, updated_at=now)
         .returning(T.c.id)
     ).all()
     return bool(rows)
@@ -98,8 +118,6 @@ def complete(conn: Connection, plan_id: str, key: str, ok: bool, worker: str | N
 def queue_state(conn: Connection, plan_id: str) -> dict[str, int]:
     """Items per state (pending, claimed, done, failed) for one plan."""
     out = {state: 0 for state in WORK_STATES}
-    for state, count in conn.execute(
-        select(T.c.state, func.count()).where(T.c.plan_id == plan_id).group_by(T.c.state)
-    ):
+    for state, count in conn.execute(select(T.c.state, func.count()).where(T.c.plan_id == plan_id).group_by(T.c.state)):
         out[state] = int(count)
     return out

@@ -42,8 +42,14 @@ class _Attempt:
 
         connect_timeout, statement_timeout_s = self._args
         try:
-            store = Store.open(self.url, read_only=True, create=False, connect_timeout=connect_timeout,
-                               statement_timeout_s=statement_timeout_s, busy_timeout_s=0.5)
+            store = Store.open(
+                self.url,
+                read_only=True,
+                create=False,
+                connect_timeout=connect_timeout,
+                statement_timeout_s=statement_timeout_s,
+                busy_timeout_s=0.5,
+            )
             store.counts()  # prove the tables answer, not just the revision row
         except BaseException as exc:  # noqa: BLE001 - reported as a note, never raised into the engine
             with self._lock:
@@ -86,8 +92,9 @@ def _describe(url: str) -> str:
     return str(path) if path is not None else mask(resolved)
 
 
-def open_for_selection(url: str | None = None, budget_s: float = 2.0, *,
-                       local_url: str | None = None) -> tuple[Any, list[str]]:
+def open_for_selection(
+    url: str | None = None, budget_s: float = 2.0, *, local_url: str | None = None
+) -> tuple[Any, list[str]]:
     """(read-only ``Store`` or None, notes). Tries ``url`` (else ``HWTUNE_DATABASE_URL``), then the local
     SQLite store (``local_url``, else the per-user file), within ``budget_s`` in total. Never raises."""
     import os
@@ -99,8 +106,9 @@ def open_for_selection(url: str | None = None, budget_s: float = 2.0, *,
         local = local_url or str(default_path())
         candidates: list[tuple[str, str]] = []
         if configured:
-            candidates.append(("shared" if "://" in configured and not configured.startswith("sqlite")
-                               else "configured", configured))
+            candidates.append(
+                ("shared" if "://" in configured and not configured.startswith("sqlite") else "configured", configured)
+            )
         if not configured or _describe(configured) != _describe(local):
             candidates.append(("local", local))
         failures: list[str] = []
@@ -130,6 +138,5 @@ def open_for_selection(url: str | None = None, budget_s: float = 2.0, *,
         notes.append("; ".join(failures))
         return None, notes
     except Exception as exc:  # noqa: BLE001 - engine start must never fail here
-        notes.append(f"measurement store not consulted ({type(exc).__name__}: {reason(exc)}); "
-                     "using static priorities")
+        notes.append(f"measurement store not consulted ({type(exc).__name__}: {reason(exc)}); using static priorities")
         return None, notes

@@ -29,8 +29,7 @@ def template() -> str:
 
 def _quote(name: str) -> str:
     if not _NAME.match(name):
-        raise InvalidSpecError(f"role or database name {name!r} must be a plain identifier "
-                               "(letters, digits, _)")
+        raise InvalidSpecError(f"role or database name {name!r} must be a plain identifier (letters, digits, _)")
     return f'"{name}"'
 
 

@@ -32,11 +32,21 @@ class WorkloadInfo:
     def row(self) -> dict[str, Any]:
         d = self.normalized
         if self.kind == "attention":
-            shape = {"phase": d["phase"], "batch": d["batch"], "context_len": d["context_len"],
-                     "query_len": d["query_len"], "tokens_per_rank": None}
+            shape = {
+                "phase": d["phase"],
+                "batch": d["batch"],
+                "context_len": d["context_len"],
+                "query_len": d["query_len"],
+                "tokens_per_rank": None,
+            }
         else:
-            shape = {"phase": None, "batch": None, "context_len": None, "query_len": None,
-                     "tokens_per_rank": d["tokens_per_rank"]}
+            shape = {
+                "phase": None,
+                "batch": None,
+                "context_len": None,
+                "query_len": None,
+                "tokens_per_rank": d["tokens_per_rank"],
+            }
         return {"kind": self.kind, "key": self.key, "spec_key": self.spec_key, "normalized": d, **shape}
 
 
@@ -74,11 +84,15 @@ def environment_row(fingerprint: Mapping[str, Any], hash_: str, now: _dt.datetim
     stack = fingerprint.get("stack") or {}
     cc = device.get("compute_capability")
     return {
-        "hash": hash_, "fingerprint": dict(fingerprint), "device_name": device.get("name"),
+        "hash": hash_,
+        "fingerprint": dict(fingerprint),
+        "device_name": device.get("name"),
         "compute_capability": f"{cc[0]}.{cc[1]}" if isinstance(cc, (list, tuple)) and len(cc) == 2 else None,
-        "driver": device.get("driver"), "torch": stack.get("torch"),
+        "driver": device.get("driver"),
+        "torch": stack.get("torch"),
         "cuda_runtime": stack.get("cuda_runtime"),
-        "flashinfer": stack.get("flashinfer"), "created_at": now,
+        "flashinfer": stack.get("flashinfer"),
+        "created_at": now,
     }
 
 
@@ -87,11 +101,20 @@ def measurement_row(rec: MeasurementRecord, environment_id: int, workload_id: in
     if rec.created_at.tzinfo is None:
         raise StoreDataError("created_at must carry a time zone (hwtune stores UTC)")
     row: dict[str, Any] = {
-        "environment_id": environment_id, "workload_id": workload_id, "backend": rec.backend,
-        "tactic": rec.tactic, "status": rec.status, "message": rec.message or "",
-        "error": dict(rec.error) if rec.error is not None else None, "timing_method": rec.timing_method,
-        "compile_time_s": rec.compile_time_s, "host": rec.host, "gpu_uuid": rec.gpu_uuid,
-        "run_id": rec.run_id or "", "hwtune_version": rec.hwtune_version, "created_at": rec.created_at,
+        "environment_id": environment_id,
+        "workload_id": workload_id,
+        "backend": rec.backend,
+        "tactic": rec.tactic,
+        "status": rec.status,
+        "message": rec.message or "",
+        "error": dict(rec.error) if rec.error is not None else None,
+        "timing_method": rec.timing_method,
+        "compile_time_s": rec.compile_time_s,
+        "host": rec.host,
+        "gpu_uuid": rec.gpu_uuid,
+        "run_id": rec.run_id or "",
+        "hwtune_version": rec.hwtune_version,
+        "created_at": rec.created_at,
         "extra": dict(rec.extra or {}),
     }
     for name in STAT_FIELDS:
@@ -101,26 +124,60 @@ def measurement_row(rec: MeasurementRecord, environment_id: int, workload_id: in
 
 #: Measurement columns the upsert may change when the same candidate is written again.
 UPDATABLE: tuple[str, ...] = (
-    "status", "message", *STAT_FIELDS, "error", "timing_method", "compile_time_s", "host", "gpu_uuid",
-    "hwtune_version", "created_at", "extra",
+    "status",
+    "message",
+    *STAT_FIELDS,
+    "error",
+    "timing_method",
+    "compile_time_s",
+    "host",
+    "gpu_uuid",
+    "hwtune_version",
+    "created_at",
+    "extra",
 )
 CONFLICT: tuple[str, ...] = ("run_id", "environment_id", "workload_id", "backend", "tactic")
 
 
-def record_from_row(row: Mapping[str, Any], kind: str, workload_key: str, workload: dict[str, Any],
-                    environment_hash: str, fingerprint: dict[str, Any]) -> MeasurementRecord:
+def record_from_row(
+    row: Mapping[str, Any],
+    kind: str,
+    workload_key: str,
+    workload: dict[str, Any],
+    environment_hash: str,
+    fingerprint: dict[str, Any],
+) -> MeasurementRecord:
     """A record from a measurements row plus its (shared, read-only) workload and environment."""
     stats = None
     if row["median_us"] is not None:
-        stats = LatencyStats(median_us=row["median_us"], p10_us=row["p10_us"], p90_us=row["p90_us"],
-                             mean_us=row["mean_us"], n=row["n"], spread=row["spread"],
-                             ci95_rel=row["ci95_rel"])
+        stats = LatencyStats(
+            median_us=row["median_us"],
+            p10_us=row["p10_us"],
+            p90_us=row["p90_us"],
+            mean_us=row["mean_us"],
+            n=row["n"],
+            spread=row["spread"],
+            ci95_rel=row["ci95_rel"],
+        )
     return MeasurementRecord(
-        kind=kind, workload=workload, workload_key=workload_key, backend=row["backend"], tactic=row["tactic"],
-        status=row["status"], message=row["message"], stats=stats, error=row["error"],
-        timing_method=row["timing_method"], compile_time_s=row["compile_time_s"], environment=fingerprint,
-        environment_hash=environment_hash, host=row["host"], gpu_uuid=row["gpu_uuid"],
-        run_id=row["run_id"] or None, hwtune_version=row["hwtune_version"], created_at=row["created_at"],
+        kind=kind,
+        workload=workload,
+        workload_key=workload_key,
+        backend=row["backend"],
+        tactic=row["tactic"],
+        status=row["status"],
+        message=row["message"],
+        stats=stats,
+        error=row["error"],
+        timing_method=row["timing_method"],
+        compile_time_s=row["compile_time_s"],
+        environment=fingerprint,
+        environment_hash=environment_hash,
+        host=row["host"],
+        gpu_uuid=row["gpu_uuid"],
+        run_id=row["run_id"] or None,
+        hwtune_version=row["hwtune_version"],
+        created_at=row["created_at"],
         extra=row["extra"],
     )
 

@@ -29,20 +29,38 @@ def _who() -> str | None:
         return os.environ.get("USER")
 
 
-def start(conn: Connection, run_id: str, *, who: str | None, host: str | None,
-          plan: Mapping[str, Any] | None, budget_s: float | None) -> None:
+def start(
+    conn: Connection,
+    run_id: str,
+    *,
+    who: str | None,
+    host: str | None,
+    plan: Mapping[str, Any] | None,
+    budget_s: float | None,
+) -> None:
     """Insert the run as ``running`` (or mark a resumed one running again)."""
-    row = {"id": run_id, "who": who or _who(), "host": host or socket.gethostname(),
-           "plan": dict(plan) if plan is not None else None, "budget_s": budget_s,
-           "started_at": _dt.datetime.now(_dt.timezone.utc), "ended_at": None, "state": "running",
-           "hwtune_version": __version__}
+    row = {
+        "id": run_id,
+        "who": who or _who(),
+        "host": host or socket.gethostname(),
+        "plan": dict(plan) if plan is not None else None,
+        "budget_s": budget_s,
+        "started_at": _dt.datetime.now(_dt.timezone.utc),
+        "ended_at": None,
+        "state": "running",
+        "hwtune_version": __version__,
+    }
     upsert(conn, R, [row], conflict=("id",), update=("state", "ended_at"))
 
 
 def finish(conn: Connection, run_id: str, state: str) -> bool:
     """Set the end state and time; False when there is no such run."""
-    done = conn.execute(update(R).where(R.c.id == run_id)
-                        .values(state=state, ended_at=_dt.datetime.now(_dt.timezone.utc)).returning(R.c.id))
+    done = conn.execute(
+        update(R)
+        .where(R.c.id == run_id)
+        .values(state=state, ended_at=_dt.datetime.now(_dt.timezone.utc))
+        .returning(R.c.id)
+    )
     return bool(done.all())
 
 
@@ -52,6 +70,9 @@ def get(conn: Connection, run_id: str) -> dict[str, Any] | None:
 
 
 def measured_keys(conn: Connection, run_id: str) -> set[tuple[str, str, str]]:
-    query = (select(W.c.key, M.c.backend, M.c.tactic).select_from(M.join(W, M.c.workload_id == W.c.id))
-             .where(M.c.run_id == run_id))
+    query = (
+        select(W.c.key, M.c.backend, M.c.tactic)
+        .select_from(M.join(W, M.c.workload_id == W.c.id))
+        .where(M.c.run_id == run_id)
+    )
     return {(k, b, t) for k, b, t in conn.execute(query)}

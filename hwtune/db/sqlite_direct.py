@@ -33,7 +33,7 @@ def sqlite_file(url: str) -> Path | None:
     """The file a SQLite URL (or bare path) names, or None for other databases."""
     text = url.strip()
     if text.startswith("sqlite:///"):
-        return Path(text[len("sqlite:///"):].split("?", 1)[0]).expanduser()
+        return Path(text[len("sqlite:///") :].split("?", 1)[0]).expanduser()
     if "://" not in text:
         return Path(text).expanduser()
     return None
@@ -64,7 +64,9 @@ def read_spec(path: Path, spec_key: str, timeout_s: float = 1.0) -> tuple[list[t
         conn.close()
 
 
-def read_for_selection(db: str | None, spec_key: str, kind: str, budget_s: float = 2.0) -> tuple[list[tuple] | None, dict[str, Any], list[str]]:
+def read_for_selection(
+    db: str | None, spec_key: str, kind: str, budget_s: float = 2.0
+) -> tuple[list[tuple] | None, dict[str, Any], list[str]]:
     """Rows of one spec for the selector: (rows or None, fingerprints, notes). Never raises.
 
     ``db`` None means HWTUNE_DATABASE_URL, else the per-user SQLite file. SQLite stores are read here
@@ -97,7 +99,9 @@ def read_for_selection(db: str | None, spec_key: str, kind: str, budget_s: float
         return None, {}, [f"measurement store not consulted ({type(exc).__name__}); static priorities"]
 
 
-def _full_path(url: str, spec_key: str, kind: str, budget_s: float) -> tuple[list[tuple] | None, dict[str, Any], list[str]]:
+def _full_path(
+    url: str, spec_key: str, kind: str, budget_s: float
+) -> tuple[list[tuple] | None, dict[str, Any], list[str]]:
     from hwtune.db.readonly import open_for_selection
 
     store, notes = open_for_selection(url, budget_s)
@@ -109,9 +113,25 @@ def _full_path(url: str, spec_key: str, kind: str, budget_s: float) -> tuple[lis
         return None, {}, notes + [f"measurement query failed ({type(exc).__name__}); static priorities"]
     finally:
         store.close()
-    rows = [(r.kind, r.workload.get("phase"), r.workload.get("batch"), r.workload.get("context_len"),
-             r.workload.get("query_len"), r.workload.get("tokens_per_rank"), dict(r.workload), r.backend,
-             r.tactic, r.status, r.stats.median_us if r.stats else None, r.message, r.host,
-             r.created_at.isoformat(), r.environment_hash) for r in records]
+    rows = [
+        (
+            r.kind,
+            r.workload.get("phase"),
+            r.workload.get("batch"),
+            r.workload.get("context_len"),
+            r.workload.get("query_len"),
+            r.workload.get("tokens_per_rank"),
+            dict(r.workload),
+            r.backend,
+            r.tactic,
+            r.status,
+            r.stats.median_us if r.stats else None,
+            r.message,
+            r.host,
+            r.created_at.isoformat(),
+            r.environment_hash,
+        )
+        for r in records
+    ]
     fps = {r.environment_hash: dict(r.environment) for r in records}
     return rows, fps, notes

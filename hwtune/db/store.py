@@ -65,17 +65,30 @@ class Store(StoreReads):
     # --- opening ------------------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, url: str | None = None, *, read_only: bool = False, connect_timeout: float = 5.0,
-             create: bool = True, check_revision: bool = True, statement_timeout_s: float | None = None,
-             busy_timeout_s: float = BUSY_TIMEOUT_S) -> "Store":
+    def open(
+        cls,
+        url: str | None = None,
+        *,
+        read_only: bool = False,
+        connect_timeout: float = 5.0,
+        create: bool = True,
+        check_revision: bool = True,
+        statement_timeout_s: float | None = None,
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
+    ) -> "Store":
         """Open the store at ``url`` (else ``HWTUNE_DATABASE_URL``, else the per-user SQLite file).
 
         With ``create`` (and not ``read_only``) a missing or older schema is created or upgraded under the
         cross-process lock; otherwise an older schema raises ``StoreOutdatedError`` naming
         ``hwtune db upgrade``. ``check_revision=False`` skips that check (``hwtune db status`` uses it)."""
         resolved = resolve(url)
-        engine = make_engine(resolved, read_only=read_only, connect_timeout=connect_timeout,
-                             statement_timeout_s=statement_timeout_s, busy_timeout_s=busy_timeout_s)
+        engine = make_engine(
+            resolved,
+            read_only=read_only,
+            connect_timeout=connect_timeout,
+            statement_timeout_s=statement_timeout_s,
+            busy_timeout_s=busy_timeout_s,
+        )
         store = cls(engine, resolved, read_only=read_only)
         try:
             if check_revision:
@@ -160,7 +173,7 @@ class Store(StoreReads):
                         return fn(conn)
             except DBAPIError as exc:
                 if attempt + 1 < attempts and is_transient(exc):
-                    time.sleep(0.05 * 2 ** attempt)
+                    time.sleep(0.05 * 2**attempt)
                     continue
                 raise translate(exc, self.url, what) from None
             except SQLAlchemyError as exc:
@@ -200,8 +213,7 @@ class Store(StoreReads):
                 row = measurement_row(rec, env_ids[h], wl_ids[info.key])
                 rows[tuple(row[c] for c in CONFLICT)] = row
             ordered = [rows[k] for k in sorted(rows)]  # one lock order for every writer: no deadlocks
-            changed = sum(upsert(conn, M, chunk, conflict=CONFLICT, update=UPDATABLE)
-                          for chunk in _chunks(ordered))
+            changed = sum(upsert(conn, M, chunk, conflict=CONFLICT, update=UPDATABLE) for chunk in _chunks(ordered))
             return changed, env_ids, wl_ids
 
         changed, env_ids, wl_ids = self._write(tx, "write measurements")
@@ -228,13 +240,18 @@ class Store(StoreReads):
 
     # --- runs ---------------------------------------------------------------------------------------------
 
-    def start_run(self, *, who: str | None = None, host: str | None = None,
-                  plan: Mapping[str, Any] | None = None, budget_s: float | None = None,
-                  run_id: str | None = None) -> str:
+    def start_run(
+        self,
+        *,
+        who: str | None = None,
+        host: str | None = None,
+        plan: Mapping[str, Any] | None = None,
+        budget_s: float | None = None,
+        run_id: str | None = None,
+    ) -> str:
         """Record the start of a tuning run; returns its id (new unless ``run_id`` resumes one)."""
         rid = run_id or new_run_id()
-        self._write(lambda c: runs.start(c, rid, who=who, host=host, plan=plan, budget_s=budget_s),
-                    "start a run")
+        self._write(lambda c: runs.start(c, rid, who=who, host=host, plan=plan, budget_s=budget_s), "start a run")
         return rid
 
     def finish_run(self, run_id: str, state: str = "done") -> None:
@@ -260,8 +277,9 @@ class Store(StoreReads):
     def enqueue(self, plan_id: str, items: Sequence[tuple[str, Mapping[str, Any]]]) -> int:
         return self._write(lambda c: queue.enqueue(c, plan_id, items), "enqueue work items")
 
-    def claim(self, plan_id: str, worker: str, n: int, lease_s: float,
-              max_attempts: int = 3) -> list[tuple[str, dict[str, Any]]]:
+    def claim(
+        self, plan_id: str, worker: str, n: int, lease_s: float, max_attempts: int = 3
+    ) -> list[tuple[str, dict[str, Any]]]:
         return self._write(lambda c: queue.claim(c, plan_id, worker, n, lease_s, max_attempts), "claim work")
 
     def heartbeat(self, plan_id: str, worker: str, keys: Sequence[str], lease_s: float) -> list[str]:
@@ -300,8 +318,11 @@ class Store(StoreReads):
         """Rows per table (tables this store's revision does not have yet are left out)."""
         with self._read() as conn:
             present = set(inspect(conn).get_table_names())
-            return {name: int(conn.execute(select(func.count()).select_from(t)).scalar_one())
-                    for name, t in _TABLES.items() if name in present}
+            return {
+                name: int(conn.execute(select(func.count()).select_from(t)).scalar_one())
+                for name, t in _TABLES.items()
+                if name in present
+            }
 
     def status(self) -> dict[str, Any]:
         """Where the store is (password masked), its revision against this hwtune's, and row counts."""
@@ -309,8 +330,14 @@ class Store(StoreReads):
         message = migrate.outdated_message(self.engine, rev)
         path = sqlite_file(self.engine)
         return {
-            "url": self.masked_url, "dialect": self.dialect, "path": str(path) if path else None,
-            "revision": rev, "head": migrate.head(), "up_to_date": message is None, "message": message,
-            "read_only": self.read_only, "journal_mode": journal_mode(self.engine) if path else None,
+            "url": self.masked_url,
+            "dialect": self.dialect,
+            "path": str(path) if path else None,
+            "revision": rev,
+            "head": migrate.head(),
+            "up_to_date": message is None,
+            "message": message,
+            "read_only": self.read_only,
+            "journal_mode": journal_mode(self.engine) if path else None,
             "counts": self.counts(),
         }

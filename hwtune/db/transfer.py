@@ -43,8 +43,13 @@ def export_jsonl(store: Store, out: IO[str], *, kind: str | None = None) -> int:
     The header's count is exact: the export fixes the highest id first and writes only up to it, so rows
     that land meanwhile wait for the next export."""
     last_id, count = store.snapshot(kind)
-    header = {"format": FORMAT, "version": VERSION, "hwtune_version": __version__, "count": count,
-              "exported_at": _dt.datetime.now(_dt.timezone.utc).isoformat()}
+    header = {
+        "format": FORMAT,
+        "version": VERSION,
+        "hwtune_version": __version__,
+        "count": count,
+        "exported_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+    }
     out.write(dumps(header) + "\n")
     written = 0
     for batch in store.iter_measurements(kind=kind, max_id=last_id):
@@ -66,8 +71,14 @@ class ImportReport:
     errors: list[tuple[int, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
-        return {"announced": self.announced, "read": self.read, "valid": self.valid, "written": self.written,
-                "skipped": len(self.errors), "errors": [{"line": n, "reason": r} for n, r in self.errors]}
+        return {
+            "announced": self.announced,
+            "read": self.read,
+            "valid": self.valid,
+            "written": self.written,
+            "skipped": len(self.errors),
+            "errors": [{"line": n, "reason": r} for n, r in self.errors],
+        }
 
 
 def _lines(text: IO[str]) -> Iterator[tuple[int, str]]:
@@ -91,8 +102,13 @@ def _check_all(text: IO[str], report: ImportReport) -> None:
         except (ValueError, StoreDataError) as exc:
             report.errors.append((number, str(exc)))
     if report.read != report.announced:
-        report.errors.append((0, f"the header announces {report.announced} measurements but the file holds "
-                                 f"{report.read} (a truncated or edited file?)"))
+        report.errors.append(
+            (
+                0,
+                f"the header announces {report.announced} measurements but the file holds "
+                f"{report.read} (a truncated or edited file?)",
+            )
+        )
 
 
 def _summary(report: ImportReport, name: str) -> str:
@@ -101,8 +117,9 @@ def _summary(report: ImportReport, name: str) -> str:
     return f"{len(report.errors)} problem(s) in {name}: {shown}{more}"
 
 
-def import_jsonl(store: Store, source: IO[str], *, on_error: OnError = "abort", name: str = "the file",
-                 batch: int = BATCH) -> ImportReport:
+def import_jsonl(
+    store: Store, source: IO[str], *, on_error: OnError = "abort", name: str = "the file", batch: int = BATCH
+) -> ImportReport:
     """Check every line of ``source``, then write the valid measurements in batches.
 
     ``abort``: any bad line (or a count that does not match the header) raises ``StoreDataError`` listing
@@ -115,9 +132,11 @@ def import_jsonl(store: Store, source: IO[str], *, on_error: OnError = "abort", 
     report = ImportReport()
     _check_all(source, report)  # first pass: nothing is written until every line has been looked at
     if report.errors and on_error == "abort":
-        raise StoreDataError(f"import aborted, nothing written: {_summary(report, name)}. Fix those lines, "
-                             "or "
-                             "pass --on-error skip to import the valid ones.")
+        raise StoreDataError(
+            f"import aborted, nothing written: {_summary(report, name)}. Fix those lines, "
+            "or "
+            "pass --on-error skip to import the valid ones."
+        )
     bad = {n for n, _ in report.errors}
     source.seek(start)
     source.readline()

@@ -16,8 +16,14 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
 
-def upsert(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], *, conflict: Sequence[str],
-           update: Sequence[str] = ()) -> int:
+def upsert(
+    conn: Connection,
+    table: Table,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    conflict: Sequence[str],
+    update: Sequence[str] = (),
+) -> int:
     """Insert ``rows``; on a ``conflict`` key collision update the ``update`` columns where they differ
     (or do nothing when ``update`` is empty). Returns how many rows were inserted or changed."""
     if not rows:

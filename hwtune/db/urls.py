@@ -26,12 +26,43 @@ DEFAULT_FILENAME = "hwtune.db"
 #: Filesystems on which SQLite's locking is unreliable (https://www.sqlite.org/faq.html#q5, "SQLite over
 #: a network"): POSIX advisory locks over NFS/SMB are often broken, and WAL needs shared memory that only
 #: works on one host (https://www.sqlite.org/wal.html, "all processes ... must be on the same host").
-NETWORK_FS: frozenset[str] = frozenset({
-    "nfs", "nfs4", "cifs", "smb", "smb3", "smbfs", "fuse.sshfs", "sshfs", "lustre", "gpfs", "beegfs",
-    "fuse.beegfs", "ceph", "fuse.ceph", "cephfs", "glusterfs", "fuse.glusterfs", "9p", "afs", "ocfs2", "gfs2",
-    "fuse.s3fs", "fuse.gcsfuse", "fuse.rclone", "fuse.juicefs", "fuse.weka", "wekafs", "panfs", "davfs",
-    "fuse.davfs2", "virtiofs", "fuse.blobfuse", "fuse.blobfuse2",
-})
+NETWORK_FS: frozenset[str] = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb",
+        "smb3",
+        "smbfs",
+        "fuse.sshfs",
+        "sshfs",
+        "lustre",
+        "gpfs",
+        "beegfs",
+        "fuse.beegfs",
+        "ceph",
+        "fuse.ceph",
+        "cephfs",
+        "glusterfs",
+        "fuse.glusterfs",
+        "9p",
+        "afs",
+        "ocfs2",
+        "gfs2",
+        "fuse.s3fs",
+        "fuse.gcsfuse",
+        "fuse.rclone",
+        "fuse.juicefs",
+        "fuse.weka",
+        "wekafs",
+        "panfs",
+        "davfs",
+        "fuse.davfs2",
+        "virtiofs",
+        "fuse.blobfuse",
+        "fuse.blobfuse2",
+    }
+)
 
 
 def default_path() -> Path:

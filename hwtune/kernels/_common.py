@@ -76,8 +76,17 @@ def program_coords(num_kv_heads, HEADS_FAST: tl.constexpr):
 
 
 @triton.jit
-def query_tile(pid_q, kv_head, qsl_ptr, seq_lens_ptr, batch,
-               BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, GROUP: tl.constexpr, ONE_PER_REQ: tl.constexpr):
+def query_tile(
+    pid_q,
+    kv_head,
+    qsl_ptr,
+    seq_lens_ptr,
+    batch,
+    BLOCK_M: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    GROUP: tl.constexpr,
+    ONE_PER_REQ: tl.constexpr,
+):
     """The query rows of program ``pid_q``, shared by both kernels.
 
     Returns ``(tiles_left, req, rows_tok, rows_pos, rows_head, row_ok, first_pos, kv_end)``: the program has
@@ -95,8 +104,7 @@ def query_tile(pid_q, kv_head, qsl_ptr, seq_lens_ptr, batch,
     row_ok = (rows // GROUP < BLOCK_Q) & (tok < q_len)
     first_pos = ctx + qtile * BLOCK_Q
     kv_end = tl.minimum(ctx + q_len, first_pos + BLOCK_Q)
-    return (n_qtiles - local, req, q_start + tok, ctx + tok, kv_head * GROUP + rows % GROUP, row_ok,
-            first_pos, kv_end)
+    return (n_qtiles - local, req, q_start + tok, ctx + tok, kv_head * GROUP + rows % GROUP, row_ok, first_pos, kv_end)
 
 
 @triton.jit
@@ -112,10 +120,31 @@ def split_tile_range(kv_end, first_pos, split, num_splits, BLOCK_N: tl.constexpr
 
 
 @triton.jit
-def store_result(acc, m_i, l_i, rows_tok, rows_head, row_ok, offs_d, d_ok, split,
-                 out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
-                 stride_ot, stride_oh, stride_lt, stride_lh, stride_ps, stride_pt, stride_ph,
-                 HEAD_D: tl.constexpr, SPLIT: tl.constexpr, WRITE_LSE: tl.constexpr):
+def store_result(
+    acc,
+    m_i,
+    l_i,
+    rows_tok,
+    rows_head,
+    row_ok,
+    offs_d,
+    d_ok,
+    split,
+    out_ptr,
+    lse_ptr,
+    part_o_ptr,
+    part_lse_ptr,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_lh,
+    stride_ps,
+    stride_pt,
+    stride_ph,
+    HEAD_D: tl.constexpr,
+    SPLIT: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+):
     """Normalise and store. ``m_i`` is the running max in log2 units; rows that saw no KV (possible in a
     split, never overall) get output 0 and LSE -inf so the merge weighs them zero."""
     has = l_i > 0.0
@@ -135,9 +164,26 @@ def store_result(acc, m_i, l_i, rows_tok, rows_head, row_ok, offs_d, d_ok, split
 
 
 @triton.jit
-def _merge_kernel(part_o_ptr, part_lse_ptr, out_ptr, lse_ptr, qsl_ptr, batch, num_splits,
-                  stride_ps, stride_pt, stride_ph, stride_ot, stride_oh, stride_lt, stride_lh,
-                  HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr, WRITE_LSE: tl.constexpr):
+def _merge_kernel(
+    part_o_ptr,
+    part_lse_ptr,
+    out_ptr,
+    lse_ptr,
+    qsl_ptr,
+    batch,
+    num_splits,
+    stride_ps,
+    stride_pt,
+    stride_ph,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_lh,
+    HEAD_D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    CHUNK: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+):
     """out = sum_s exp(lse_s - lse) * o_s with lse = log sum_s exp(lse_s): exact for any split of the KV."""
     tok = tl.program_id(0)
     head = tl.program_id(1)
@@ -166,7 +212,9 @@ def _merge_kernel(part_o_ptr, part_lse_ptr, out_ptr, lse_ptr, qsl_ptr, batch, nu
         wsum += w
     total = tl.sum(wsum, 0)
     o = acc / tl.where(total > 0.0, total, 1.0)
-    tl.store(out_ptr + tok.to(tl.int64) * stride_ot + head * stride_oh + offs_d, o.to(out_ptr.dtype.element_ty), mask=d_ok)
+    tl.store(
+        out_ptr + tok.to(tl.int64) * stride_ot + head * stride_oh + offs_d, o.to(out_ptr.dtype.element_ty), mask=d_ok
+    )
     if WRITE_LSE:
         lse = tl.where(total > 0.0, m_safe + tl.log(tl.where(total > 0.0, total, 1.0)), float("-inf"))
         tl.store(lse_ptr + tok.to(tl.int64) * stride_lt + head * stride_lh, lse)
@@ -230,8 +278,10 @@ def check_query_io(q: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None)
     if q.dim() != 3:
         raise ValueError(f"q must be [tokens, heads, head_size]; got shape {tuple(q.shape)}")
     if q.dtype not in (torch.float16, torch.bfloat16) or out.dtype != q.dtype or out.shape != q.shape:
-        raise ValueError(f"q and out must be float16 or bfloat16 of the same shape; got q {q.dtype} "
-                         f"{tuple(q.shape)}, out {out.dtype} {tuple(out.shape)}")
+        raise ValueError(
+            f"q and out must be float16 or bfloat16 of the same shape; got q {q.dtype} "
+            f"{tuple(q.shape)}, out {out.dtype} {tuple(out.shape)}"
+        )
     if q.stride(-1) != 1 or out.stride(-1) != 1:
         raise ValueError("q and out must have a contiguous last dimension")
     num_tokens, num_heads, head_size = q.shape
@@ -240,8 +290,17 @@ def check_query_io(q: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None)
     return num_tokens, num_heads, head_size
 
 
-def plan_launch(config: TritonAttnConfig, *, num_tokens: int, batch: int, max_query_len: int,
-                head_size: int, gqa_group: int, kv_bytes_per_request: int = 0, l2: int = 0) -> LaunchPlan:
+def plan_launch(
+    config: TritonAttnConfig,
+    *,
+    num_tokens: int,
+    batch: int,
+    max_query_len: int,
+    head_size: int,
+    gqa_group: int,
+    kv_bytes_per_request: int = 0,
+    l2: int = 0,
+) -> LaunchPlan:
     """Tile geometry and grid from host integers only.
 
     ``kv_bytes_per_request`` (all KV heads, K and V, at the longest context) against ``l2`` chooses the
@@ -261,13 +320,28 @@ def plan_launch(config: TritonAttnConfig, *, num_tokens: int, batch: int, max_qu
     one_per_req = block_q >= max(1, max_query_len)
     grid0 = batch if one_per_req else num_tokens // block_q + batch
     heads_fast = not is_decode_shape(max_query_len) and 0 < kv_bytes_per_request <= l2 // 2
-    return LaunchPlan(block_m=block_m, block_q=block_q, block_n=config.block_n,
-                      num_splits=config.num_splits or 1, grid0=max(1, grid0), one_per_req=one_per_req,
-                      num_warps=config.num_warps, num_stages=config.num_stages, heads_fast=heads_fast)
+    return LaunchPlan(
+        block_m=block_m,
+        block_q=block_q,
+        block_n=config.block_n,
+        num_splits=config.num_splits or 1,
+        grid0=max(1, grid0),
+        one_per_req=one_per_req,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+        heads_fast=heads_fast,
+    )
 
 
-def split_buffers(workspace: torch.Tensor | None, *, splits: int, num_tokens: int, num_heads: int,
-                  head_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def split_buffers(
+    workspace: torch.Tensor | None,
+    *,
+    splits: int,
+    num_tokens: int,
+    num_heads: int,
+    head_size: int,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Views of the split-KV scratch: partial outputs [S, T, H, D] and partial LSEs [S, T, H] (float32).
     Without a workspace one is allocated (sizes from host ints; fine under graph capture, but pass a
     preallocated one to keep the capture's memory fixed)."""
@@ -286,16 +360,36 @@ def split_buffers(workspace: torch.Tensor | None, *, splits: int, num_tokens: in
     return part_o, part_lse
 
 
-def merge_splits(part_o: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None,
-                 query_start_loc: torch.Tensor, batch: int) -> None:
+def merge_splits(
+    part_o: torch.Tensor,
+    part_lse: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor | None,
+    query_start_loc: torch.Tensor,
+    batch: int,
+) -> None:
     splits, num_tokens, num_heads, head_size = part_o.shape
     lse_arg = lse if lse is not None else part_lse
     _merge_kernel[(num_tokens, num_heads)](
-        part_o, part_lse, out, lse_arg, query_start_loc, batch, splits,
-        part_lse.stride(0), part_lse.stride(1), part_lse.stride(2),
-        out.stride(0), out.stride(1), lse_arg.stride(0), lse_arg.stride(1),
-        HEAD_D=head_size, BLOCK_D=next_pow2(head_size), CHUNK=min(16, next_pow2(splits)),
-        WRITE_LSE=lse is not None, num_warps=4,
+        part_o,
+        part_lse,
+        out,
+        lse_arg,
+        query_start_loc,
+        batch,
+        splits,
+        part_lse.stride(0),
+        part_lse.stride(1),
+        part_lse.stride(2),
+        out.stride(0),
+        out.stride(1),
+        lse_arg.stride(0),
+        lse_arg.stride(1),
+        HEAD_D=head_size,
+        BLOCK_D=next_pow2(head_size),
+        CHUNK=min(16, next_pow2(splits)),
+        WRITE_LSE=lse is not None,
+        num_warps=4,
     )
 
 

@@ -42,8 +42,9 @@ class KvMatrix:
     cols_per_head: int
 
 
-def kv_matrix(cache: torch.Tensor, *, stride_b: int, stride_t: int, stride_h: int, page_size: int,
-              num_kv_heads: int) -> KvMatrix | str:
+def kv_matrix(
+    cache: torch.Tensor, *, stride_b: int, stride_t: int, stride_h: int, page_size: int, num_kv_heads: int
+) -> KvMatrix | str:
     """The matrix view of one 4-D cache view, or why it has none (strides TMA cannot express)."""
     head, elem = cache.shape[-1], cache.element_size()
     if cache.data_ptr() % 16 or (stride_t * elem) % 16:
@@ -65,8 +66,9 @@ def kv_matrix(cache: torch.Tensor, *, stride_b: int, stride_t: int, stride_h: in
     return KvMatrix(rows, cols, stride_t, rows_per_block, rows_per_head, cols_per_head)
 
 
-def tma_unsupported(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k_matrix: KvMatrix | str,
-                    v_matrix: KvMatrix | str) -> str | None:
+def tma_unsupported(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k_matrix: KvMatrix | str, v_matrix: KvMatrix | str
+) -> str | None:
     """Why these tensors cannot take the TMA path (None: they can, whatever the tile size)."""
     if not interpreting():
         if q.device.type != "cuda":
@@ -75,8 +77,10 @@ def tma_unsupported(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         if major < 9:
             return f"TMA loads need SM 9.0 or later (Hopper, Blackwell); this GPU is SM {major}.{minor}"
     if k_cache.dtype not in TMA_DTYPES or k_cache.dtype != q.dtype:
-        return (f"TMA loads feed the tiles straight to the tensor cores, so the KV cache must be float16 or "
-                f"bfloat16 and match the queries; got KV {k_cache.dtype}, queries {q.dtype}")
+        return (
+            f"TMA loads feed the tiles straight to the tensor cores, so the KV cache must be float16 or "
+            f"bfloat16 and match the queries; got KV {k_cache.dtype}, queries {q.dtype}"
+        )
     head = q.shape[-1]
     if head & (head - 1):
         return f"TMA loads need a power-of-two head size (head {head} runs padded to {1 << head.bit_length()})"
@@ -84,13 +88,17 @@ def tma_unsupported(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         if isinstance(m, str):
             return f"{name} cache: {m}"
     if (k_matrix.rows_per_block, k_matrix.rows_per_head, k_matrix.cols_per_head) != (  # type: ignore[union-attr]
-            v_matrix.rows_per_block, v_matrix.rows_per_head, v_matrix.cols_per_head):  # type: ignore[union-attr]
+        v_matrix.rows_per_block,
+        v_matrix.rows_per_head,
+        v_matrix.cols_per_head,
+    ):  # type: ignore[union-attr]
         return "TMA loads need K and V caches with the same strides"
     return None
 
 
-def choose_kv_loads(kv_loads: str, *, unsupported: str | None, page_size: int, block_n: int,
-                    prefill_style: bool) -> bool:
+def choose_kv_loads(
+    kv_loads: str, *, unsupported: str | None, page_size: int, block_n: int, prefill_style: bool
+) -> bool:
     """Whether this launch loads KV tiles by TMA. ``auto``: wherever it can, for prefill-style launches
     (where it was measured); ``tma``: required, an error saying why when it cannot; ``gather``: never.
     Triton's interpreter runs TMA only when asked, so its test cases keep covering the gathers."""
@@ -100,8 +108,10 @@ def choose_kv_loads(kv_loads: str, *, unsupported: str | None, page_size: int, b
         return False
     reason = unsupported
     if reason is None and page_size % block_n:
-        reason = (f"a {block_n}-token KV tile must lie inside one page, but pages hold {page_size} tokens; "
-                  f"use a config with block_n dividing {page_size}, or kv_loads='gather'")
+        reason = (
+            f"a {block_n}-token KV tile must lie inside one page, but pages hold {page_size} tokens; "
+            f"use a config with block_n dividing {page_size}, or kv_loads='gather'"
+        )
     if kv_loads == "tma":
         if reason is not None:
             raise ValueError(f"kv_loads='tma' is not possible here: {reason}")
@@ -109,11 +119,14 @@ def choose_kv_loads(kv_loads: str, *, unsupported: str | None, page_size: int, b
     return reason is None and prefill_style and not interpreting()
 
 
-def kv_descriptors(k_cache: torch.Tensor, v_cache: torch.Tensor, k_matrix: KvMatrix, v_matrix: KvMatrix,
-                   block_n: int) -> tuple[object, object]:
+def kv_descriptors(
+    k_cache: torch.Tensor, v_cache: torch.Tensor, k_matrix: KvMatrix, v_matrix: KvMatrix, block_n: int
+) -> tuple[object, object]:
     """Host-side TMA descriptors of K and V tiles ([block_n, head] boxes)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     head = k_cache.shape[-1]
-    return tuple(TensorDescriptor(c, [m.rows, m.cols], [m.row_stride, 1], [block_n, head])  # type: ignore[return-value]
-                 for c, m in ((k_cache, k_matrix), (v_cache, v_matrix)))
+    return tuple(
+        TensorDescriptor(c, [m.rows, m.cols], [m.row_stride, 1], [block_n, head])  # type: ignore[return-value]
+        for c, m in ((k_cache, k_matrix), (v_cache, v_matrix))
+    )

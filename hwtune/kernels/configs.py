@@ -91,8 +91,15 @@ def prefill_block_m(head_size: int, gqa_group: int) -> int:
     return max(128 if 64 < head_size <= 128 else 64, next_pow2(gqa_group))
 
 
-def choose_num_splits(*, programs: int, max_seq_len: int, num_sms: int, decode: bool,
-                      per_sm: int | None = None, min_tokens: int | None = None) -> int:
+def choose_num_splits(
+    *,
+    programs: int,
+    max_seq_len: int,
+    num_sms: int,
+    decode: bool,
+    per_sm: int | None = None,
+    min_tokens: int | None = None,
+) -> int:
     """KV splits so that ``programs * splits`` reaches about ``per_sm`` programs per SM (default 8 for
     decode, 2 for prefill), keeping at least ``min_tokens`` tokens per split (default MIN_TOKENS_PER_SPLIT
     for decode, 2048 for prefill)."""
@@ -107,8 +114,9 @@ def choose_num_splits(*, programs: int, max_seq_len: int, num_sms: int, decode: 
     return max(1, splits)
 
 
-def _prefill_splits(*, block_m: int, batch: int, kv_heads: int, max_query_len: int, max_seq_len: int,
-                    gqa_group: int, num_sms: int) -> int:
+def _prefill_splits(
+    *, block_m: int, batch: int, kv_heads: int, max_query_len: int, max_seq_len: int, gqa_group: int, num_sms: int
+) -> int:
     """KV splits of a prefill-style launch whose query tiles hold ``block_m`` rows."""
     programs = batch * kv_heads * cdiv(max_query_len, max(1, block_m // gqa_group))
     return choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=False)
@@ -120,8 +128,9 @@ def _big_tile_decode_splits(*, programs: int, max_seq_len: int, num_sms: int, bl
     split for power-of-two contexts). At 1 x 128k (8 KV heads, TURBOQUANT 4-bit) 32 splits took 140 us, 48
     took 165 and the unrounded 50 took 166; 2 x 64k and 4 x 32k were fastest at 16 and 8 (H100,
     2026-11-21, benchmarks/results/experiments/tq_long_context_h100_2026-11-21.txt)."""
-    splits = choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=True,
-                               per_sm=3, min_tokens=4 * block_n)
+    splits = choose_num_splits(
+        programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=True, per_sm=3, min_tokens=4 * block_n
+    )
     return 1 << (splits.bit_length() - 1)
 
 
@@ -164,26 +173,37 @@ def default_config(
         block_n = {64: 128, 96: 64, 128: 64, 256: 32}[head_size]
         if kv_cache_bytes == 1:
             block_n = min(128, 2 * block_n)
-            splits = _big_tile_decode_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms,
-                                             block_n=block_n)
+            splits = _big_tile_decode_splits(
+                programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, block_n=block_n
+            )
             return TritonAttnConfig(block_n=block_n, num_splits=splits, num_warps=4, num_stages=2)
         splits = choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=True)
-        return TritonAttnConfig(block_n=block_n, num_splits=splits, num_warps=4,
-                                num_stages=2 if head_size == 256 else 3)
+        return TritonAttnConfig(
+            block_n=block_n, num_splits=splits, num_warps=4, num_stages=2 if head_size == 256 else 3
+        )
     block_m = prefill_block_m(head_size, gqa_group)
-    splits = _prefill_splits(block_m=block_m, batch=batch, kv_heads=kv_heads, max_query_len=max_query_len,
-                             max_seq_len=max_seq_len, gqa_group=gqa_group, num_sms=num_sms)
+    splits = _prefill_splits(
+        block_m=block_m,
+        batch=batch,
+        kv_heads=kv_heads,
+        max_query_len=max_query_len,
+        max_seq_len=max_seq_len,
+        gqa_group=gqa_group,
+        num_sms=num_sms,
+    )
     if head_size == 256:
         return TritonAttnConfig(block_n=32, num_splits=splits, num_warps=4, num_stages=2, block_m=block_m)
     if head_size == 64:  # measured best on the H100 of config_space (2026-11-21)
-        return TritonAttnConfig(block_n=64, num_splits=splits, num_warps=4 if block_m <= 64 else 8,
-                                num_stages=2, block_m=block_m)
+        return TritonAttnConfig(
+            block_n=64, num_splits=splits, num_warps=4 if block_m <= 64 else 8, num_stages=2, block_m=block_m
+        )
     # head 96/128: 128-token KV tiles (4096-token causal prefill on an H100: 392 us vs 457 with 64-token
     # tiles, 2026-11-21), 3 stages with gathers and with TMA loads alike (128-token pages, H100: 334.6 vs
     # 351.8 us with 2 stages at 4096 tokens, 1206 vs 1296 at 8192; prefill_tma_layout_h100_2026-11-21.txt)
     block_n = 128 if block_m >= 128 else 64
-    return TritonAttnConfig(block_n=block_n, num_splits=splits, num_warps=8 if block_m >= 128 else 4,
-                            num_stages=3, block_m=block_m)
+    return TritonAttnConfig(
+        block_n=block_n, num_splits=splits, num_warps=8 if block_m >= 128 else 4, num_stages=3, block_m=block_m
+    )
 
 
 TQ_TILE_BYTES = 16384
@@ -207,8 +227,8 @@ def turboquant_config(
 ) -> TritonAttnConfig:
     """TURBOQUANT's "auto" tactic. Decode: KV tiles of about ``TQ_TILE_BYTES`` of codes (32..256 tokens),
     4 warps, 3 stages, and fewer splits than TRITON_ATTN (up to about 3 programs per SM, at least 4 tiles
-    per split, rounded down to a power of two): bigger tiles already keep each SM busy. Prefill-style launches keep the configuration TURBOQUANT was
-    verified with (64-token KV tiles; 32 for head 256)."""
+    per split, rounded down to a power of two): bigger tiles already keep each SM busy. Prefill-style launches
+    keep the configuration TURBOQUANT was verified with (64-token KV tiles; 32 for head 256)."""
     if bits not in (4, 8):
         raise ValueError(f"TURBOQUANT codes are 4 or 8 bits, got {bits}")
     if phase not in ("decode", "prefill", "mixed"):
@@ -217,11 +237,22 @@ def turboquant_config(
     kv_heads = num_kv_heads or 1
     if not is_decode_shape(max_query_len):
         block_m = max(64 if head_size > 128 else 128, next_pow2(gqa_group))  # head 64 too, unlike TRITON_ATTN
-        splits = _prefill_splits(block_m=block_m, batch=batch, kv_heads=kv_heads, max_query_len=max_query_len,
-                                 max_seq_len=max_seq_len, gqa_group=gqa_group, num_sms=num_sms)
-        return TritonAttnConfig(block_n=32 if head_size == 256 else 64, num_splits=splits,
-                                num_warps=8 if block_m >= 128 else 4, num_stages=2 if head_size == 256 else 3,
-                                block_m=block_m)
+        splits = _prefill_splits(
+            block_m=block_m,
+            batch=batch,
+            kv_heads=kv_heads,
+            max_query_len=max_query_len,
+            max_seq_len=max_seq_len,
+            gqa_group=gqa_group,
+            num_sms=num_sms,
+        )
+        return TritonAttnConfig(
+            block_n=32 if head_size == 256 else 64,
+            num_splits=splits,
+            num_warps=8 if block_m >= 128 else 4,
+            num_stages=2 if head_size == 256 else 3,
+            block_m=block_m,
+        )
     block_n = max(32, min(256, next_pow2(TQ_TILE_BYTES // (head_size * bits // 8))))
     block_q = max(1, decode_block_m(max_query_len, gqa_group) // gqa_group)
     programs = batch * kv_heads * cdiv(max(1, max_query_len), block_q)
@@ -246,9 +277,17 @@ def config_space(
     Decode: KV tile x warps x stages x {half, auto, double} splits (36 or fewer). Prefill: (query tile,
     KV tile) pairs x warps x stages (24 or fewer). Every config here runs correctly; only speed differs.
     """
-    auto = default_config(phase=phase, batch=batch, max_query_len=max_query_len, max_seq_len=max_seq_len,
-                          head_size=head_size, gqa_group=gqa_group, num_sms=num_sms, num_kv_heads=num_kv_heads,
-                          kv_cache_bytes=kv_cache_bytes)
+    auto = default_config(
+        phase=phase,
+        batch=batch,
+        max_query_len=max_query_len,
+        max_seq_len=max_seq_len,
+        head_size=head_size,
+        gqa_group=gqa_group,
+        num_sms=num_sms,
+        num_kv_heads=num_kv_heads,
+        kv_cache_bytes=kv_cache_bytes,
+    )
     out: list[TritonAttnConfig] = [auto]
     if is_decode_shape(max_query_len):
         s = auto.num_splits or 1
@@ -267,8 +306,11 @@ def config_space(
                 for stages in (2, 3, 4):
                     if head_size == 256 and stages > 2 and bn > 32:
                         continue  # shared memory: 256-wide K and V tiles, 3+ stages, do not fit
-                    out.append(TritonAttnConfig(block_n=bn, num_splits=auto.num_splits, num_warps=warps,
-                                                num_stages=stages, block_m=bm))
+                    out.append(
+                        TritonAttnConfig(
+                            block_n=bn, num_splits=auto.num_splits, num_warps=warps, num_stages=stages, block_m=bm
+                        )
+                    )
     seen: set[TritonAttnConfig] = set()
     unique = []
     for cfg in out:

@@ -56,11 +56,38 @@ KV_DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn)
 
 
 @triton.jit
-def _kv_tile(acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs_n, offs_d, d_ok,
-             k_in_page, v_in_page, stride_kb, stride_kt, stride_vb, stride_vt, scale_log2,
-             desc_k, desc_v, tma_rows_per_block, tma_row0, tma_col,
-             BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr, D_PADDED: tl.constexpr,
-             TMA: tl.constexpr):
+def _kv_tile(
+    acc,
+    m_i,
+    l_i,
+    q,
+    k_base,
+    v_base,
+    bt_row,
+    j,
+    kv_end,
+    rows_pos,
+    offs_n,
+    offs_d,
+    d_ok,
+    k_in_page,
+    v_in_page,
+    stride_kb,
+    stride_kt,
+    stride_vb,
+    stride_vt,
+    scale_log2,
+    desc_k,
+    desc_v,
+    tma_rows_per_block,
+    tma_row0,
+    tma_col,
+    BLOCK_N: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    MASKED: tl.constexpr,
+    D_PADDED: tl.constexpr,
+    TMA: tl.constexpr,
+):
     """One KV tile of the online softmax (running max ``m_i`` in log2 units).
 
     The scale is applied in one FMA (``qk * scale - m``) rather than scaling the score tile first: prefill
@@ -122,19 +149,60 @@ def _kv_tile(acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs
 
 @triton.jit
 def _paged_attn_kernel(
-    q_ptr, k_ptr, v_ptr, bt_ptr, seq_lens_ptr, qsl_ptr,
-    out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, desc_k, desc_v,
-    batch, num_kv_heads, num_splits, scale_log2, v_scale, tma_rows_per_block, tma_rows_per_head, tma_cols_per_head,
-    stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, stride_bt,
-    stride_ot, stride_oh, stride_lt, stride_lh, stride_ps, stride_pt, stride_ph,
-    HEAD_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
-    BLOCK_N: tl.constexpr, GROUP: tl.constexpr, PAGE_SIZE: tl.constexpr, ONE_PER_REQ: tl.constexpr,
-    HEADS_FAST: tl.constexpr, SPLIT: tl.constexpr, WRITE_LSE: tl.constexpr, F16_DOTS: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    bt_ptr,
+    seq_lens_ptr,
+    qsl_ptr,
+    out_ptr,
+    lse_ptr,
+    part_o_ptr,
+    part_lse_ptr,
+    desc_k,
+    desc_v,
+    batch,
+    num_kv_heads,
+    num_splits,
+    scale_log2,
+    v_scale,
+    tma_rows_per_block,
+    tma_rows_per_head,
+    tma_cols_per_head,
+    stride_qt,
+    stride_qh,
+    stride_kb,
+    stride_kt,
+    stride_kh,
+    stride_vb,
+    stride_vt,
+    stride_vh,
+    stride_bt,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_lh,
+    stride_ps,
+    stride_pt,
+    stride_ph,
+    HEAD_D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    GROUP: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    ONE_PER_REQ: tl.constexpr,
+    HEADS_FAST: tl.constexpr,
+    SPLIT: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+    F16_DOTS: tl.constexpr,
     TMA: tl.constexpr,
 ):
     pid_q, kv_head, split = program_coords(num_kv_heads, HEADS_FAST)
     tiles_left, req, rows_tok, rows_pos, head, row_ok, first_pos, kv_end = query_tile(
-        pid_q, kv_head, qsl_ptr, seq_lens_ptr, batch, BLOCK_M, BLOCK_Q, GROUP, ONE_PER_REQ)
+        pid_q, kv_head, qsl_ptr, seq_lens_ptr, batch, BLOCK_M, BLOCK_Q, GROUP, ONE_PER_REQ
+    )
     if tiles_left <= 0:
         return
     offs_d = tl.arange(0, BLOCK_D)
@@ -165,20 +233,97 @@ def _paged_attn_kernel(
     m_i = tl.full([BLOCK_M], -1.0e30, tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     for j in range(t0, tl.minimum(t1, full_end)):
-        acc, m_i, l_i = _kv_tile(acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs_n,
-                                 offs_d, d_ok, k_in_page, v_in_page, stride_kb, stride_kt, stride_vb, stride_vt,
-                                 scale_log2, desc_k, desc_v, tma_rows_per_block, tma_row0, tma_col,
-                                 BLOCK_N, PAGE_SIZE, False, BLOCK_D != HEAD_D, TMA)
+        acc, m_i, l_i = _kv_tile(
+            acc,
+            m_i,
+            l_i,
+            q,
+            k_base,
+            v_base,
+            bt_row,
+            j,
+            kv_end,
+            rows_pos,
+            offs_n,
+            offs_d,
+            d_ok,
+            k_in_page,
+            v_in_page,
+            stride_kb,
+            stride_kt,
+            stride_vb,
+            stride_vt,
+            scale_log2,
+            desc_k,
+            desc_v,
+            tma_rows_per_block,
+            tma_row0,
+            tma_col,
+            BLOCK_N,
+            PAGE_SIZE,
+            False,
+            BLOCK_D != HEAD_D,
+            TMA,
+        )
     for j in range(tl.maximum(t0, full_end), t1):
-        acc, m_i, l_i = _kv_tile(acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs_n,
-                                 offs_d, d_ok, k_in_page, v_in_page, stride_kb, stride_kt, stride_vb, stride_vt,
-                                 scale_log2, desc_k, desc_v, tma_rows_per_block, tma_row0, tma_col,
-                                 BLOCK_N, PAGE_SIZE, True, BLOCK_D != HEAD_D, TMA)
+        acc, m_i, l_i = _kv_tile(
+            acc,
+            m_i,
+            l_i,
+            q,
+            k_base,
+            v_base,
+            bt_row,
+            j,
+            kv_end,
+            rows_pos,
+            offs_n,
+            offs_d,
+            d_ok,
+            k_in_page,
+            v_in_page,
+            stride_kb,
+            stride_kt,
+            stride_vb,
+            stride_vt,
+            scale_log2,
+            desc_k,
+            desc_v,
+            tma_rows_per_block,
+            tma_row0,
+            tma_col,
+            BLOCK_N,
+            PAGE_SIZE,
+            True,
+            BLOCK_D != HEAD_D,
+            TMA,
+        )
     acc = acc * v_scale
-    store_result(acc, m_i, l_i, rows_tok, head, row_ok, offs_d, d_ok, split,
-                 out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
-                 stride_ot, stride_oh, stride_lt, stride_lh, stride_ps, stride_pt, stride_ph,
-                 HEAD_D, SPLIT, WRITE_LSE)
+    store_result(
+        acc,
+        m_i,
+        l_i,
+        rows_tok,
+        head,
+        row_ok,
+        offs_d,
+        d_ok,
+        split,
+        out_ptr,
+        lse_ptr,
+        part_o_ptr,
+        part_lse_ptr,
+        stride_ot,
+        stride_oh,
+        stride_lt,
+        stride_lh,
+        stride_ps,
+        stride_pt,
+        stride_ph,
+        HEAD_D,
+        SPLIT,
+        WRITE_LSE,
+    )
 
 
 def _kv_strides(cache: torch.Tensor, kv_layout: str) -> tuple[int, int, int, int]:
@@ -227,8 +372,10 @@ def paged_attention(
     vs_b, vs_t, vs_h, v_page = _kv_strides(v_cache, kv_layout)
     num_kv_heads = k_cache.shape[2] if kv_layout == "NHD" else k_cache.shape[1]
     if head_size not in HEAD_SIZES or k_cache.shape[-1] != head_size or v_cache.shape[-1] != head_size:
-        raise ValueError(f"head size must be one of {HEAD_SIZES} and equal in q, K and V; got q {head_size}, "
-                         f"K {k_cache.shape[-1]}, V {v_cache.shape[-1]}")
+        raise ValueError(
+            f"head size must be one of {HEAD_SIZES} and equal in q, K and V; got q {head_size}, "
+            f"K {k_cache.shape[-1]}, V {v_cache.shape[-1]}"
+        )
     if page_size % 16 or not 16 <= page_size <= 128 or v_page != page_size:
         raise ValueError(f"page size must be a multiple of 16 in 16..128 (and equal for K and V); got {page_size}")
     if num_heads % num_kv_heads:
@@ -239,22 +386,42 @@ def paged_attention(
     if batch == 0 or num_tokens == 0:
         return  # nothing to attend (host ints: no sync)
     group = num_heads // num_kv_heads
-    k_mat = kv_matrix(k_cache, stride_b=ks_b, stride_t=ks_t, stride_h=ks_h, page_size=page_size,
-                      num_kv_heads=num_kv_heads)
-    v_mat = kv_matrix(v_cache, stride_b=vs_b, stride_t=vs_t, stride_h=vs_h, page_size=page_size,
-                      num_kv_heads=num_kv_heads)
+    k_mat = kv_matrix(
+        k_cache, stride_b=ks_b, stride_t=ks_t, stride_h=ks_h, page_size=page_size, num_kv_heads=num_kv_heads
+    )
+    v_mat = kv_matrix(
+        v_cache, stride_b=vs_b, stride_t=vs_t, stride_h=vs_h, page_size=page_size, num_kv_heads=num_kv_heads
+    )
     tma_reason = tma_unsupported(q, k_cache, v_cache, k_mat, v_mat)
     if config is None:
-        config = default_config(phase="decode" if max_query_len <= 1 else "mixed", batch=batch,
-                                max_query_len=max_query_len, max_seq_len=max_seq_len, head_size=head_size,
-                                gqa_group=group, num_sms=num_sms(q.device), num_kv_heads=num_kv_heads,
-                                kv_cache_bytes=k_cache.element_size())
-    plan = plan_launch(config, num_tokens=num_tokens, batch=batch, max_query_len=max_query_len,
-                       head_size=head_size, gqa_group=group, l2=l2_bytes(q.device),
-                       kv_bytes_per_request=2 * max_seq_len * num_kv_heads * head_size
-                       * k_cache.element_size())
-    use_tma = choose_kv_loads(kv_loads, unsupported=tma_reason, page_size=page_size, block_n=plan.block_n,
-                              prefill_style=not is_decode_shape(max_query_len))
+        config = default_config(
+            phase="decode" if max_query_len <= 1 else "mixed",
+            batch=batch,
+            max_query_len=max_query_len,
+            max_seq_len=max_seq_len,
+            head_size=head_size,
+            gqa_group=group,
+            num_sms=num_sms(q.device),
+            num_kv_heads=num_kv_heads,
+            kv_cache_bytes=k_cache.element_size(),
+        )
+    plan = plan_launch(
+        config,
+        num_tokens=num_tokens,
+        batch=batch,
+        max_query_len=max_query_len,
+        head_size=head_size,
+        gqa_group=group,
+        l2=l2_bytes(q.device),
+        kv_bytes_per_request=2 * max_seq_len * num_kv_heads * head_size * k_cache.element_size(),
+    )
+    use_tma = choose_kv_loads(
+        kv_loads,
+        unsupported=tma_reason,
+        page_size=page_size,
+        block_n=plan.block_n,
+        prefill_style=not is_decode_shape(max_query_len),
+    )
     if use_tma:
         desc_k, desc_v = kv_descriptors(k_cache, v_cache, k_mat, v_mat, plan.block_n)
         tma_geometry = (k_mat.rows_per_block, k_mat.rows_per_head, k_mat.cols_per_head)
@@ -262,23 +429,61 @@ def paged_attention(
         desc_k, desc_v, tma_geometry = k_cache, v_cache, (0, 0, 0)  # unused by the gather kernel
     splits = plan.num_splits
     if splits > 1:
-        part_o, part_lse = split_buffers(workspace, splits=splits, num_tokens=num_tokens, num_heads=num_heads,
-                                         head_size=head_size, device=q.device)
+        part_o, part_lse = split_buffers(
+            workspace, splits=splits, num_tokens=num_tokens, num_heads=num_heads, head_size=head_size, device=q.device
+        )
     else:
         part_o = part_lse = out  # unused by the unsplit kernel
     lse_arg = lse if lse is not None else out
     pl_strides = (part_lse.stride(0), part_lse.stride(1), part_lse.stride(2)) if splits > 1 else (0, 0, 0)
     _paged_attn_kernel[plan.grid(num_kv_heads)](
-        q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
-        out, lse_arg, part_o, part_lse, desc_k, desc_v,
-        batch, num_kv_heads, splits, float(softmax_scale) * float(k_scale) * LOG2E, float(v_scale), *tma_geometry,
-        q.stride(0), q.stride(1), ks_b, ks_t, ks_h, vs_b, vs_t, vs_h, block_table.stride(0),
-        out.stride(0), out.stride(1), lse_arg.stride(0), lse_arg.stride(1) if lse is not None else 0, *pl_strides,
-        HEAD_D=head_size, BLOCK_D=next_pow2(head_size), BLOCK_M=plan.block_m, BLOCK_Q=plan.block_q,
-        BLOCK_N=plan.block_n, GROUP=group, PAGE_SIZE=page_size, ONE_PER_REQ=plan.one_per_req,
-        HEADS_FAST=plan.heads_fast, SPLIT=splits > 1, WRITE_LSE=lse is not None,
-        F16_DOTS=k_cache.dtype == torch.float8_e4m3fn and q.dtype == torch.bfloat16, TMA=use_tma,
-        num_warps=plan.num_warps, num_stages=plan.num_stages,
+        q,
+        k_cache,
+        v_cache,
+        block_table,
+        seq_lens,
+        query_start_loc,
+        out,
+        lse_arg,
+        part_o,
+        part_lse,
+        desc_k,
+        desc_v,
+        batch,
+        num_kv_heads,
+        splits,
+        float(softmax_scale) * float(k_scale) * LOG2E,
+        float(v_scale),
+        *tma_geometry,
+        q.stride(0),
+        q.stride(1),
+        ks_b,
+        ks_t,
+        ks_h,
+        vs_b,
+        vs_t,
+        vs_h,
+        block_table.stride(0),
+        out.stride(0),
+        out.stride(1),
+        lse_arg.stride(0),
+        lse_arg.stride(1) if lse is not None else 0,
+        *pl_strides,
+        HEAD_D=head_size,
+        BLOCK_D=next_pow2(head_size),
+        BLOCK_M=plan.block_m,
+        BLOCK_Q=plan.block_q,
+        BLOCK_N=plan.block_n,
+        GROUP=group,
+        PAGE_SIZE=page_size,
+        ONE_PER_REQ=plan.one_per_req,
+        HEADS_FAST=plan.heads_fast,
+        SPLIT=splits > 1,
+        WRITE_LSE=lse is not None,
+        F16_DOTS=k_cache.dtype == torch.float8_e4m3fn and q.dtype == torch.bfloat16,
+        TMA=use_tma,
+        num_warps=plan.num_warps,
+        num_stages=plan.num_stages,
     )
     if splits > 1:
         merge_splits(part_o, part_lse, out, lse, query_start_loc, batch)

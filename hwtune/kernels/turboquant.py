@@ -64,18 +64,23 @@ class TurboQuantCache:
         """The half-size Sylvester matrix the attention kernel loads (made by allocate_cache, i.e. before
         any graph capture; created here only for a cache built by hand)."""
         if self.hadamard is None:
-            self.hadamard = hadamard.hadamard_matrix(self.head_size // 2, dtype=torch.bfloat16,
-                                                     device=self.k_codes.device)
+            self.hadamard = hadamard.hadamard_matrix(
+                self.head_size // 2, dtype=torch.bfloat16, device=self.k_codes.device
+            )
         return self.hadamard
 
     def code_strides(self) -> tuple[int, int, int]:
         """(block, position-in-page, head) strides of the code tensors (same for K and V)."""
         c = self.k_codes
-        return (c.stride(0), c.stride(1), c.stride(2)) if self.layout == "NHD" else (c.stride(0), c.stride(2), c.stride(1))
+        return (
+            (c.stride(0), c.stride(1), c.stride(2)) if self.layout == "NHD" else (c.stride(0), c.stride(2), c.stride(1))
+        )
 
     def scale_strides(self) -> tuple[int, int, int]:
         s = self.k_scales
-        return (s.stride(0), s.stride(1), s.stride(2)) if self.layout == "NHD" else (s.stride(0), s.stride(2), s.stride(1))
+        return (
+            (s.stride(0), s.stride(1), s.stride(2)) if self.layout == "NHD" else (s.stride(0), s.stride(2), s.stride(1))
+        )
 
     def nbytes(self) -> int:
         tensors = (self.k_codes, self.v_codes, self.k_scales, self.v_scales, self.k_zeros, self.v_zeros)
@@ -99,8 +104,16 @@ def _check_shape(head_size: int, bits: int, block_size: int) -> None:
         raise ValueError(f"TurboQuant page size must be a multiple of 16 in 16..128, got {block_size}")
 
 
-def allocate_cache(num_blocks: int, block_size: int, num_kv_heads: int, head_size: int, bits: int,
-                   device: torch.device | str, seed: int = 0, layout: str = "NHD") -> TurboQuantCache:
+def allocate_cache(
+    num_blocks: int,
+    block_size: int,
+    num_kv_heads: int,
+    head_size: int,
+    bits: int,
+    device: torch.device | str,
+    seed: int = 0,
+    layout: str = "NHD",
+) -> TurboQuantCache:
     """Zeroed cache (codes 0, scale 0, zero 0: every slot dequantizes to 0 until written)."""
     _check_shape(head_size, bits, block_size)
     if layout not in ("NHD", "HND"):
@@ -112,11 +125,19 @@ def allocate_cache(num_blocks: int, block_size: int, num_kv_heads: int, head_siz
         return torch.zeros(num_blocks, *inner, *tail, dtype=dtype, device=device)
 
     return TurboQuantCache(
-        k_codes=zeros(nbytes, dtype=torch.uint8), v_codes=zeros(nbytes, dtype=torch.uint8),
-        k_scales=zeros(dtype=torch.float16), v_scales=zeros(dtype=torch.float16),
-        k_zeros=zeros(dtype=torch.float16), v_zeros=zeros(dtype=torch.float16),
+        k_codes=zeros(nbytes, dtype=torch.uint8),
+        v_codes=zeros(nbytes, dtype=torch.uint8),
+        k_scales=zeros(dtype=torch.float16),
+        v_scales=zeros(dtype=torch.float16),
+        k_zeros=zeros(dtype=torch.float16),
+        v_zeros=zeros(dtype=torch.float16),
         rotation=hadamard.random_signs(num_kv_heads, head_size, seed=seed, device=device),
-        bits=bits, block_size=block_size, num_kv_heads=num_kv_heads, head_size=head_size, layout=layout, seed=seed,
+        bits=bits,
+        block_size=block_size,
+        num_kv_heads=num_kv_heads,
+        head_size=head_size,
+        layout=layout,
+        seed=seed,
         hadamard=hadamard.hadamard_matrix(head_size // 2, dtype=torch.bfloat16, device=device),
     )
 
@@ -127,8 +148,10 @@ def write(cache: TurboQuantCache, k: torch.Tensor, v: torch.Tensor, slot_mapping
     check_runnable(k, v, cache.k_codes)
     num_new, heads, d = k.shape
     if (heads, d) != (cache.num_kv_heads, cache.head_size) or v.shape != k.shape:
-        raise ValueError(f"K and V must be [num_new, {cache.num_kv_heads}, {cache.head_size}]; "
-                         f"got K {tuple(k.shape)}, V {tuple(v.shape)}")
+        raise ValueError(
+            f"K and V must be [num_new, {cache.num_kv_heads}, {cache.head_size}]; "
+            f"got K {tuple(k.shape)}, V {tuple(v.shape)}"
+        )
     if k.stride(-1) != 1 or v.stride(-1) != 1:
         raise ValueError("K and V must have a contiguous last dimension")
     if num_new == 0:
@@ -136,10 +159,29 @@ def write(cache: TurboQuantCache, k: torch.Tensor, v: torch.Tensor, slot_mapping
     cs, ss = cache.code_strides(), cache.scale_strides()
     block_t = 16 if cache.head_size == 256 else 32
     tq_write_kernel[(cdiv(num_new, block_t), heads)](
-        k, v, slot_mapping, cache.rotation, cache.k_codes, cache.v_codes, cache.k_scales, cache.k_zeros,
-        cache.v_scales, cache.v_zeros, num_new, 1.0 / math.sqrt(d),
-        k.stride(0), k.stride(1), v.stride(0), v.stride(1), *cs, *ss,
-        HEAD_D=d, BITS=cache.bits, BLOCK_T=block_t, PAGE_SIZE=cache.block_size, num_warps=4,
+        k,
+        v,
+        slot_mapping,
+        cache.rotation,
+        cache.k_codes,
+        cache.v_codes,
+        cache.k_scales,
+        cache.k_zeros,
+        cache.v_scales,
+        cache.v_zeros,
+        num_new,
+        1.0 / math.sqrt(d),
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        *cs,
+        *ss,
+        HEAD_D=d,
+        BITS=cache.bits,
+        BLOCK_T=block_t,
+        PAGE_SIZE=cache.block_size,
+        num_warps=4,
     )
 
 
@@ -156,7 +198,9 @@ def _minmax_quantize(r: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Te
     return codes, scale16, zero16
 
 
-def quantize_reference(x: torch.Tensor, signs: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def quantize_reference(
+    x: torch.Tensor, signs: torch.Tensor, bits: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(codes int64 [..., H, D] in rotated order, scale f16 [..., H], zero f16 [..., H]) of vectors
     ``x[..., H, D]``: the same quantizer as the write kernel, in float32 PyTorch."""
     return _minmax_quantize(hadamard.rotate(x, signs), bits)
@@ -169,8 +213,9 @@ def round_trip_without_rotation(x: torch.Tensor, bits: int) -> torch.Tensor:
     return codes.float() * scale.float()[..., None] + zero.float()[..., None]
 
 
-def dequantize_reference(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, signs: torch.Tensor,
-                         *, rotated: bool = False) -> torch.Tensor:
+def dequantize_reference(
+    codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, signs: torch.Tensor, *, rotated: bool = False
+) -> torch.Tensor:
     """float32 vectors from codes in rotated order (un-rotated unless ``rotated``)."""
     r = codes.float() * scale.float()[..., None] + zero.float()[..., None]
     return r if rotated else hadamard.unrotate(r, signs)
@@ -188,7 +233,10 @@ def dequantize(cache: TurboQuantCache, *, rotated: bool = False) -> tuple[torch.
     """(K, V) float32 [blocks, page, kv_heads, D] (NHD whatever the cache layout), un-rotated unless
     ``rotated``: what the attention kernel effectively attends to, for references and tests."""
     out = []
-    for codes, scale, zero in ((cache.k_codes, cache.k_scales, cache.k_zeros), (cache.v_codes, cache.v_scales, cache.v_zeros)):
+    for codes, scale, zero in (
+        (cache.k_codes, cache.k_scales, cache.k_zeros),
+        (cache.v_codes, cache.v_scales, cache.v_zeros),
+    ):
         if cache.layout == "HND":
             codes, scale, zero = codes.transpose(1, 2), scale.transpose(1, 2), zero.transpose(1, 2)
         c = unpack_codes(codes, cache.bits, cache.head_size)
@@ -201,8 +249,10 @@ def write_reference(cache: TurboQuantCache, k: torch.Tensor, v: torch.Tensor, sl
     ok = slot_mapping >= 0
     slots = slot_mapping[ok].long()
     blk, off = slots // cache.block_size, slots % cache.block_size
-    for x, codes_t, scale_t, zero_t in ((k[ok], cache.k_codes, cache.k_scales, cache.k_zeros),
-                                        (v[ok], cache.v_codes, cache.v_scales, cache.v_zeros)):
+    for x, codes_t, scale_t, zero_t in (
+        (k[ok], cache.k_codes, cache.k_scales, cache.k_zeros),
+        (v[ok], cache.v_codes, cache.v_scales, cache.v_zeros),
+    ):
         codes, scale, zero = quantize_reference(x, cache.rotation, cache.bits)
         half = cache.head_size // 2
         packed = codes if cache.bits == 8 else codes[..., :half] | (codes[..., half:] << 4)
@@ -236,41 +286,90 @@ def paged_attention(
     check_runnable(q, cache.k_codes)
     num_tokens, num_heads, head_size = check_query_io(q, out, lse)
     if head_size != cache.head_size or num_heads % cache.num_kv_heads:
-        raise ValueError(f"q must be [tokens, a multiple of {cache.num_kv_heads} heads, {cache.head_size}]; "
-                         f"got {tuple(q.shape)}")
+        raise ValueError(
+            f"q must be [tokens, a multiple of {cache.num_kv_heads} heads, {cache.head_size}]; got {tuple(q.shape)}"
+        )
     batch = block_table.shape[0]
     if batch == 0 or num_tokens == 0:
         return  # nothing to attend (host ints: no sync)
     group = num_heads // cache.num_kv_heads
     if config is None:
-        config = turboquant_config(bits=cache.bits, phase="decode" if max_query_len <= 1 else "mixed",
-                                   batch=batch, max_query_len=max_query_len, max_seq_len=max_seq_len,
-                                   head_size=head_size, gqa_group=group, num_sms=num_sms(q.device),
-                                   num_kv_heads=cache.num_kv_heads)
-    plan = plan_launch(config, num_tokens=num_tokens, batch=batch, max_query_len=max_query_len,
-                       head_size=head_size, gqa_group=group, l2=l2_bytes(q.device),
-                       kv_bytes_per_request=max_seq_len * bytes_per_token(cache.num_kv_heads, head_size,
-                                                                          cache.bits))
+        config = turboquant_config(
+            bits=cache.bits,
+            phase="decode" if max_query_len <= 1 else "mixed",
+            batch=batch,
+            max_query_len=max_query_len,
+            max_seq_len=max_seq_len,
+            head_size=head_size,
+            gqa_group=group,
+            num_sms=num_sms(q.device),
+            num_kv_heads=cache.num_kv_heads,
+        )
+    plan = plan_launch(
+        config,
+        num_tokens=num_tokens,
+        batch=batch,
+        max_query_len=max_query_len,
+        head_size=head_size,
+        gqa_group=group,
+        l2=l2_bytes(q.device),
+        kv_bytes_per_request=max_seq_len * bytes_per_token(cache.num_kv_heads, head_size, cache.bits),
+    )
     splits = plan.num_splits
     if splits > 1:
-        part_o, part_lse = split_buffers(workspace, splits=splits, num_tokens=num_tokens, num_heads=num_heads,
-                                         head_size=head_size, device=q.device)
+        part_o, part_lse = split_buffers(
+            workspace, splits=splits, num_tokens=num_tokens, num_heads=num_heads, head_size=head_size, device=q.device
+        )
         pl_strides = (part_lse.stride(0), part_lse.stride(1), part_lse.stride(2))
     else:
         part_o = part_lse = out
         pl_strides = (0, 0, 0)
     lse_arg = lse if lse is not None else out
     tq_attn_kernel[plan.grid(cache.num_kv_heads)](
-        q, cache.k_codes, cache.v_codes, cache.k_scales, cache.k_zeros, cache.v_scales, cache.v_zeros,
-        cache.rotation, cache.hadamard_half(), block_table, seq_lens, query_start_loc,
-        out, lse_arg, part_o, part_lse,
-        batch, cache.num_kv_heads, splits, float(softmax_scale) * LOG2E, 1.0 / math.sqrt(head_size),
-        q.stride(0), q.stride(1), *cache.code_strides(), *cache.scale_strides(), block_table.stride(0),
-        out.stride(0), out.stride(1), lse_arg.stride(0), lse_arg.stride(1) if lse is not None else 0, *pl_strides,
-        HEAD_D=head_size, BITS=cache.bits, BLOCK_M=plan.block_m, BLOCK_Q=plan.block_q, BLOCK_N=plan.block_n,
-        GROUP=group, PAGE_SIZE=cache.block_size, ONE_PER_REQ=plan.one_per_req,
-        HEADS_FAST=plan.heads_fast, SPLIT=splits > 1,
-        WRITE_LSE=lse is not None, num_warps=plan.num_warps, num_stages=plan.num_stages,
+        q,
+        cache.k_codes,
+        cache.v_codes,
+        cache.k_scales,
+        cache.k_zeros,
+        cache.v_scales,
+        cache.v_zeros,
+        cache.rotation,
+        cache.hadamard_half(),
+        block_table,
+        seq_lens,
+        query_start_loc,
+        out,
+        lse_arg,
+        part_o,
+        part_lse,
+        batch,
+        cache.num_kv_heads,
+        splits,
+        float(softmax_scale) * LOG2E,
+        1.0 / math.sqrt(head_size),
+        q.stride(0),
+        q.stride(1),
+        *cache.code_strides(),
+        *cache.scale_strides(),
+        block_table.stride(0),
+        out.stride(0),
+        out.stride(1),
+        lse_arg.stride(0),
+        lse_arg.stride(1) if lse is not None else 0,
+        *pl_strides,
+        HEAD_D=head_size,
+        BITS=cache.bits,
+        BLOCK_M=plan.block_m,
+        BLOCK_Q=plan.block_q,
+        BLOCK_N=plan.block_n,
+        GROUP=group,
+        PAGE_SIZE=cache.block_size,
+        ONE_PER_REQ=plan.one_per_req,
+        HEADS_FAST=plan.heads_fast,
+        SPLIT=splits > 1,
+        WRITE_LSE=lse is not None,
+        num_warps=plan.num_warps,
+        num_stages=plan.num_stages,
     )
     if splits > 1:
         merge_splits(part_o, part_lse, out, lse, query_start_loc, batch)

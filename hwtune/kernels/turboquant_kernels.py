@@ -74,8 +74,23 @@ def rotate_halves(u_lo, u_hi, h, inv_sqrt_d):
 
 
 @triton.jit
-def _quantize_one(x_ptr, row_off, ok, offs, s_lo, s_hi, h, inv_sqrt_d, codes_ptr, c_off, scale_ptr, zero_ptr,
-                  s_off, HALF: tl.constexpr, BITS: tl.constexpr):
+def _quantize_one(
+    x_ptr,
+    row_off,
+    ok,
+    offs,
+    s_lo,
+    s_hi,
+    h,
+    inv_sqrt_d,
+    codes_ptr,
+    c_off,
+    scale_ptr,
+    zero_ptr,
+    s_off,
+    HALF: tl.constexpr,
+    BITS: tl.constexpr,
+):
     x_lo = tl.load(x_ptr + row_off[:, None] + offs[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
     x_hi = tl.load(x_ptr + row_off[:, None] + HALF + offs[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
     r_lo, r_hi = rotate_halves(x_lo * s_lo[None, :], x_hi * s_hi[None, :], h, inv_sqrt_d)
@@ -99,10 +114,34 @@ def _quantize_one(x_ptr, row_off, ok, offs, s_lo, s_hi, h, inv_sqrt_d, codes_ptr
 
 
 @triton.jit
-def tq_write_kernel(k_ptr, v_ptr, slot_ptr, signs_ptr, kc_ptr, vc_ptr, ks_ptr, kz_ptr, vs_ptr, vz_ptr,
-                    num_new, inv_sqrt_d, stride_kt, stride_kh, stride_vt, stride_vh,
-                    stride_cb, stride_ct, stride_ch, stride_sb, stride_st, stride_sh,
-                    HEAD_D: tl.constexpr, BITS: tl.constexpr, BLOCK_T: tl.constexpr, PAGE_SIZE: tl.constexpr):
+def tq_write_kernel(
+    k_ptr,
+    v_ptr,
+    slot_ptr,
+    signs_ptr,
+    kc_ptr,
+    vc_ptr,
+    ks_ptr,
+    kz_ptr,
+    vs_ptr,
+    vz_ptr,
+    num_new,
+    inv_sqrt_d,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_cb,
+    stride_ct,
+    stride_ch,
+    stride_sb,
+    stride_st,
+    stride_sh,
+    HEAD_D: tl.constexpr,
+    BITS: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+):
     """Quantize BLOCK_T new tokens of one KV head (K and V) into their slots; slot < 0 is skipped."""
     HALF: tl.constexpr = HEAD_D // 2
     head = tl.program_id(1)
@@ -120,10 +159,40 @@ def tq_write_kernel(k_ptr, v_ptr, slot_ptr, signs_ptr, kc_ptr, vc_ptr, ks_ptr, k
     s_hi = tl.load(signs_ptr + head * HEAD_D + HALF + offs)
     h = hadamard_half(HALF)
     t64 = t.to(tl.int64)
-    _quantize_one(k_ptr, t64 * stride_kt + head * stride_kh, ok, offs, s_lo, s_hi, h, inv_sqrt_d,
-                  kc_ptr, c_off, ks_ptr, kz_ptr, s_off, HALF, BITS)
-    _quantize_one(v_ptr, t64 * stride_vt + head * stride_vh, ok, offs, s_lo, s_hi, h, inv_sqrt_d,
-                  vc_ptr, c_off, vs_ptr, vz_ptr, s_off, HALF, BITS)
+    _quantize_one(
+        k_ptr,
+        t64 * stride_kt + head * stride_kh,
+        ok,
+        offs,
+        s_lo,
+        s_hi,
+        h,
+        inv_sqrt_d,
+        kc_ptr,
+        c_off,
+        ks_ptr,
+        kz_ptr,
+        s_off,
+        HALF,
+        BITS,
+    )
+    _quantize_one(
+        v_ptr,
+        t64 * stride_vt + head * stride_vh,
+        ok,
+        offs,
+        s_lo,
+        s_hi,
+        h,
+        inv_sqrt_d,
+        vc_ptr,
+        c_off,
+        vs_ptr,
+        vz_ptr,
+        s_off,
+        HALF,
+        BITS,
+    )
 
 
 @triton.jit
@@ -151,10 +220,38 @@ def _codes_tile(c_ptr, off, mask, offs, HALF: tl.constexpr, BITS: tl.constexpr, 
 
 
 @triton.jit
-def _tq_tile(acc_lo, acc_hi, acc_z, m_i, l_i, q_lo, q_hi, q_sum, kc_base, vc_base, ks_base, kz_base, vs_base,
-             vz_base, bt_row, j, kv_end, rows_pos, offs_n, offs_h, stride_cb, stride_ct, stride_sb, stride_st,
-             scale_log2, BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, HALF: tl.constexpr,
-             BITS: tl.constexpr, MASKED: tl.constexpr):
+def _tq_tile(
+    acc_lo,
+    acc_hi,
+    acc_z,
+    m_i,
+    l_i,
+    q_lo,
+    q_hi,
+    q_sum,
+    kc_base,
+    vc_base,
+    ks_base,
+    kz_base,
+    vs_base,
+    vz_base,
+    bt_row,
+    j,
+    kv_end,
+    rows_pos,
+    offs_n,
+    offs_h,
+    stride_cb,
+    stride_ct,
+    stride_sb,
+    stride_st,
+    scale_log2,
+    BLOCK_N: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    HALF: tl.constexpr,
+    BITS: tl.constexpr,
+    MASKED: tl.constexpr,
+):
     MID: tl.constexpr = 1 << (BITS - 1)
     pos = j * BLOCK_N + offs_n
     n_ok = pos < kv_end
@@ -204,19 +301,60 @@ def _tq_tile(acc_lo, acc_hi, acc_z, m_i, l_i, q_lo, q_hi, q_sum, kc_base, vc_bas
 
 @triton.jit
 def tq_attn_kernel(
-    q_ptr, kc_ptr, vc_ptr, ks_ptr, kz_ptr, vs_ptr, vz_ptr, signs_ptr, h_ptr, bt_ptr, seq_lens_ptr, qsl_ptr,
-    out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
-    batch, num_kv_heads, num_splits, scale_log2, inv_sqrt_d,
-    stride_qt, stride_qh, stride_cb, stride_ct, stride_ch, stride_sb, stride_st, stride_sh, stride_bt,
-    stride_ot, stride_oh, stride_lt, stride_lh, stride_ps, stride_pt, stride_ph,
-    HEAD_D: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr,
-    BLOCK_N: tl.constexpr, GROUP: tl.constexpr, PAGE_SIZE: tl.constexpr, ONE_PER_REQ: tl.constexpr,
-    HEADS_FAST: tl.constexpr, SPLIT: tl.constexpr, WRITE_LSE: tl.constexpr,
+    q_ptr,
+    kc_ptr,
+    vc_ptr,
+    ks_ptr,
+    kz_ptr,
+    vs_ptr,
+    vz_ptr,
+    signs_ptr,
+    h_ptr,
+    bt_ptr,
+    seq_lens_ptr,
+    qsl_ptr,
+    out_ptr,
+    lse_ptr,
+    part_o_ptr,
+    part_lse_ptr,
+    batch,
+    num_kv_heads,
+    num_splits,
+    scale_log2,
+    inv_sqrt_d,
+    stride_qt,
+    stride_qh,
+    stride_cb,
+    stride_ct,
+    stride_ch,
+    stride_sb,
+    stride_st,
+    stride_sh,
+    stride_bt,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_lh,
+    stride_ps,
+    stride_pt,
+    stride_ph,
+    HEAD_D: tl.constexpr,
+    BITS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    GROUP: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    ONE_PER_REQ: tl.constexpr,
+    HEADS_FAST: tl.constexpr,
+    SPLIT: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
 ):
     HALF: tl.constexpr = HEAD_D // 2
     pid_q, kv_head, split = program_coords(num_kv_heads, HEADS_FAST)
     tiles_left, req, rows_tok, rows_pos, head, row_ok, first_pos, kv_end = query_tile(
-        pid_q, kv_head, qsl_ptr, seq_lens_ptr, batch, BLOCK_M, BLOCK_Q, GROUP, ONE_PER_REQ)
+        pid_q, kv_head, qsl_ptr, seq_lens_ptr, batch, BLOCK_M, BLOCK_Q, GROUP, ONE_PER_REQ
+    )
     if tiles_left <= 0:
         return
     offs_h = tl.arange(0, HALF)
@@ -247,14 +385,70 @@ def tq_attn_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     for j in range(t0, tl.minimum(t1, full_end)):
         acc_lo, acc_hi, acc_z, m_i, l_i = _tq_tile(
-            acc_lo, acc_hi, acc_z, m_i, l_i, q_lo, q_hi, q_sum, kc_base, vc_base, ks_base, kz_base, vs_base,
-            vz_base, bt_row, j, kv_end, rows_pos, offs_n, offs_h, stride_cb, stride_ct, stride_sb, stride_st,
-            scale_log2, BLOCK_N, PAGE_SIZE, HALF, BITS, False)
+            acc_lo,
+            acc_hi,
+            acc_z,
+            m_i,
+            l_i,
+            q_lo,
+            q_hi,
+            q_sum,
+            kc_base,
+            vc_base,
+            ks_base,
+            kz_base,
+            vs_base,
+            vz_base,
+            bt_row,
+            j,
+            kv_end,
+            rows_pos,
+            offs_n,
+            offs_h,
+            stride_cb,
+            stride_ct,
+            stride_sb,
+            stride_st,
+            scale_log2,
+            BLOCK_N,
+            PAGE_SIZE,
+            HALF,
+            BITS,
+            False,
+        )
     for j in range(tl.maximum(t0, full_end), t1):
         acc_lo, acc_hi, acc_z, m_i, l_i = _tq_tile(
-            acc_lo, acc_hi, acc_z, m_i, l_i, q_lo, q_hi, q_sum, kc_base, vc_base, ks_base, kz_base, vs_base,
-            vz_base, bt_row, j, kv_end, rows_pos, offs_n, offs_h, stride_cb, stride_ct, stride_sb, stride_st,
-            scale_log2, BLOCK_N, PAGE_SIZE, HALF, BITS, True)
+            acc_lo,
+            acc_hi,
+            acc_z,
+            m_i,
+            l_i,
+            q_lo,
+            q_hi,
+            q_sum,
+            kc_base,
+            vc_base,
+            ks_base,
+            kz_base,
+            vs_base,
+            vz_base,
+            bt_row,
+            j,
+            kv_end,
+            rows_pos,
+            offs_n,
+            offs_h,
+            stride_cb,
+            stride_ct,
+            stride_sb,
+            stride_st,
+            scale_log2,
+            BLOCK_N,
+            PAGE_SIZE,
+            HALF,
+            BITS,
+            True,
+        )
     # un-rotate the (unnormalised) accumulators: o = ((o' @ H_D) / sqrt(D)) * signs, by halves. The
     # lane-constant zero term acc_z maps to (acc_z * ones) @ H_D / sqrt(D) = acc_z * sqrt(D) * e0: added
     # to lane 0 in float32 instead of riding through the bf16 hi/lo split of the un-rotation dot
@@ -263,11 +457,53 @@ def tq_attn_kernel(
     o_lo = o_lo * tl.load(signs_ptr + kv_head * HEAD_D + offs_h)[None, :]
     o_hi = o_hi * tl.load(signs_ptr + kv_head * HEAD_D + HALF + offs_h)[None, :]
     d_ok = offs_h < HALF
-    store_result(o_lo, m_i, l_i, rows_tok, head, row_ok, offs_h, d_ok, split,
-                 out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
-                 stride_ot, stride_oh, stride_lt, stride_lh, stride_ps, stride_pt, stride_ph,
-                 HEAD_D, SPLIT, WRITE_LSE)
-    store_result(o_hi, m_i, l_i, rows_tok, head, row_ok, offs_h + HALF, d_ok, split,
-                 out_ptr, lse_ptr, part_o_ptr, part_lse_ptr,
-                 stride_ot, stride_oh, stride_lt, stride_lh, stride_ps, stride_pt, stride_ph,
-                 HEAD_D, SPLIT, WRITE_LSE)
+    store_result(
+        o_lo,
+        m_i,
+        l_i,
+        rows_tok,
+        head,
+        row_ok,
+        offs_h,
+        d_ok,
+        split,
+        out_ptr,
+        lse_ptr,
+        part_o_ptr,
+        part_lse_ptr,
+        stride_ot,
+        stride_oh,
+        stride_lt,
+        stride_lh,
+        stride_ps,
+        stride_pt,
+        stride_ph,
+        HEAD_D,
+        SPLIT,
+        WRITE_LSE,
+    )
+    store_result(
+        o_hi,
+        m_i,
+        l_i,
+        rows_tok,
+        head,
+        row_ok,
+        offs_h + HALF,
+        d_ok,
+        split,
+        out_ptr,
+        lse_ptr,
+        part_o_ptr,
+        part_lse_ptr,
+        stride_ot,
+        stride_oh,
+        stride_lt,
+        stride_lh,
+        stride_ps,
+        stride_pt,
+        stride_ph,
+        HEAD_D,
+        SPLIT,
+        WRITE_LSE,
+    )

@@ -66,8 +66,17 @@ def stderr_tail(path: str | os.PathLike[str], start: int | None = None, lines: i
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def to_record(kind: str, workload: Any, backend: str, tactic: str, outcome: Mapping[str, Any], *,
-              env: Environment, run_id: str | None, extra: Mapping[str, Any] | None = None) -> MeasurementRecord:
+def to_record(
+    kind: str,
+    workload: Any,
+    backend: str,
+    tactic: str,
+    outcome: Mapping[str, Any],
+    *,
+    env: Environment,
+    run_id: str | None,
+    extra: Mapping[str, Any] | None = None,
+) -> MeasurementRecord:
     """One stored record for one outcome (``status``, ``message``, ``stats``, ``error``, ``timing_method``,
     ``compile_time_s``, ``extra``), stamped with ``env``. Statistics are kept for ``ok`` outcomes only."""
     status, message = outcome["status"], outcome.get("message", "")
@@ -76,9 +85,20 @@ def to_record(kind: str, workload: Any, backend: str, tactic: str, outcome: Mapp
     if status == "ok" and stats is None:
         status, message = "error", "internal error: an ok result came back without timing statistics"
     return MeasurementRecord(
-        kind=kind, workload=workload.to_dict(), workload_key=workload.key(), backend=backend, tactic=tactic,
-        status=status, message=message, stats=stats, error=outcome.get("error"),
-        timing_method=outcome.get("timing_method"), compile_time_s=outcome.get("compile_time_s"),
-        environment=env.fingerprint(), environment_hash=env.hash(), gpu_uuid=env.device.uuid, run_id=run_id,
+        kind=kind,
+        workload=workload.to_dict(),
+        workload_key=workload.key(),
+        backend=backend,
+        tactic=tactic,
+        status=status,
+        message=message,
+        stats=stats,
+        error=outcome.get("error"),
+        timing_method=outcome.get("timing_method"),
+        compile_time_s=outcome.get("compile_time_s"),
+        environment=env.fingerprint(),
+        environment_hash=env.hash(),
+        gpu_uuid=env.device.uuid,
+        run_id=run_id,
         extra={**(outcome.get("extra") or {}), **(extra or {})},
     )

@@ -23,8 +23,10 @@ def probe_ref(kind: str, backend: str, error: type[Exception] = LookupError) -> 
     """``module:Class`` of ``backend``'s candidate; ``error`` with the reason when it has none."""
     probe = probe_of(kind, backend)
     if probe is None:
-        raise error(f"hwtune has no runnable candidate for {backend} (it is selectable from static "
-                    "priorities and imported measurements only)")
+        raise error(
+            f"hwtune has no runnable candidate for {backend} (it is selectable from static "
+            "priorities and imported measurements only)"
+        )
     return probe.ref
 
 

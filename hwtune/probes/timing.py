@@ -72,7 +72,11 @@ def time_cpu(fn: Callable[[], Any], opts: TimingOptions | None = None) -> tuple[
 
 
 def time_cuda(
-    fn: Callable[[], Any], *, l2_bytes: int, opts: TimingOptions | None = None, graph: Any | None = None,
+    fn: Callable[[], Any],
+    *,
+    l2_bytes: int,
+    opts: TimingOptions | None = None,
+    graph: Any | None = None,
 ) -> tuple[LatencyStats, str]:
     """Per-iteration CUDA-event times of ``fn`` (or of ``graph.replay()`` when a captured graph is given)."""
     import torch
@@ -94,8 +98,9 @@ def time_cuda(
     samples: list[float] = []
     started = time.perf_counter()
     while not _done(samples, opts, started):
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(opts.batch)]
+        events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(opts.batch)
+        ]
         for start, end in events:
             if flush is not None:
                 flush.zero_()

@@ -73,8 +73,11 @@ def _evidence(kind: str, spec: Spec, device: DeviceProfile, db: str | bool | Non
     env = current_environment(device)
     ev = gather(rows, fingerprints, env.hash(), env.fingerprint())
     if not ev.points and not ev.disqualified:
-        notes.append(f"no measurements of this spec in this environment ({len(rows)} stored for it elsewhere)"
-                     if rows else "no measurements of this spec stored")
+        notes.append(
+            f"no measurements of this spec in this environment ({len(rows)} stored for it elsewhere)"
+            if rows
+            else "no measurements of this spec stored"
+        )
     return ev, notes
 
 
@@ -87,8 +90,9 @@ def _mix(kind: str, spec: Spec, max_num_seqs: int, max_model_len: int, profile: 
     return workload_mix(max_num_seqs, max_model_len, profile, spec.query_len_decode)
 
 
-def _valid_set(kind: str, spec: Spec, device: DeviceProfile, assume_installed: bool,
-               evidence: Any) -> tuple[list[Backend], dict[str, list[Rejection]]]:
+def _valid_set(
+    kind: str, spec: Spec, device: DeviceProfile, assume_installed: bool, evidence: Any
+) -> tuple[list[Backend], dict[str, list[Rejection]]]:
     """The backends the catalogue allows for ``spec`` here, minus those measured crashing or wrong here."""
     rejections: dict[str, list[Rejection]] = {}
     valid: list[Backend] = []
@@ -106,8 +110,9 @@ def _valid_set(kind: str, spec: Spec, device: DeviceProfile, assume_installed: b
     return valid, rejections
 
 
-def _static_ranking(kind: str, spec: Spec, device: DeviceProfile, valid: list[Backend],
-                    assume_installed: bool) -> list[RankedBackend]:
+def _static_ranking(
+    kind: str, spec: Spec, device: DeviceProfile, valid: list[Backend], assume_installed: bool
+) -> list[RankedBackend]:
     """The valid backends in the static order of the device's architecture family."""
     mla = isinstance(spec, AttentionSpec) and spec.use_mla
     declared = catalogue.backends(kind)
@@ -115,22 +120,34 @@ def _static_ranking(kind: str, spec: Spec, device: DeviceProfile, valid: list[Ba
     position = {name: i for i, name in enumerate(order)}
     ordered = sorted(valid, key=lambda b: (position.get(b.name, len(order)), declared.index(b)))
     return [
-        RankedBackend(backend=b.name, source="static",
-                      tactics=static_tactics(b, spec, device, assume_installed=assume_installed),
-                      detail=f"static priority for {describe_family(device.family)}")
+        RankedBackend(
+            backend=b.name,
+            source="static",
+            tactics=static_tactics(b, spec, device, assume_installed=assume_installed),
+            detail=f"static priority for {describe_family(device.family)}",
+        )
         for b in ordered
     ]
 
 
-def _choose(kind: str, spec: Spec, device: DeviceProfile, requested: Backend | None, how: str,
-            ranked: list[RankedBackend], rejections: dict[str, list[Rejection]]) -> RankedBackend:
+def _choose(
+    kind: str,
+    spec: Spec,
+    device: DeviceProfile,
+    requested: Backend | None,
+    how: str,
+    ranked: list[RankedBackend],
+    rejections: dict[str, list[Rejection]],
+) -> RankedBackend:
     """The requested backend when valid (a loud error when not), else the first ranked one."""
     if requested is not None:
         if requested.name in rejections:
             raise BackendNotValidError(
-                not_valid_message(kind, requested, rejections[requested.name], [r.backend for r in ranked], spec,
-                                  device, how),
-                backend=requested.name, reasons=[r.message for r in rejections[requested.name]],
+                not_valid_message(
+                    kind, requested, rejections[requested.name], [r.backend for r in ranked], spec, device, how
+                ),
+                backend=requested.name,
+                reasons=[r.message for r in rejections[requested.name]],
                 valid=[r.backend for r in ranked],
             )
         return next(r for r in ranked if r.backend == requested.name)
@@ -143,8 +160,16 @@ def _choose(kind: str, spec: Spec, device: DeviceProfile, requested: Backend | N
 
 
 def _select(
-    kind: str, spec: Spec, device: DeviceProfile, requested: str | None, how: str, assume_installed: bool,
-    db: str | bool | None = False, max_num_seqs: int = 256, max_model_len: int = 32768, profile: str = "balanced",
+    kind: str,
+    spec: Spec,
+    device: DeviceProfile,
+    requested: str | None,
+    how: str,
+    assume_installed: bool,
+    db: str | bool | None = False,
+    max_num_seqs: int = 256,
+    max_model_len: int = 32768,
+    profile: str = "balanced",
 ) -> Selection:
     requested_backend = catalogue.get(kind, requested) if requested else None  # unknown name: exit 2
     mix = _mix(kind, spec, max_num_seqs, max_model_len, profile)  # bad profile: exit 2 before any I/O
@@ -162,24 +187,46 @@ def _select(
     if evidence is not None and chosen.source != "static":
         dispatch = dispatch_table(evidence, chosen.backend, max_num_seqs, max(max_model_len, 16))
     return Selection(
-        kind=kind, spec=spec.to_dict(), device=device, backend=chosen.backend, tactics=dict(chosen.tactics),
-        ranked=tuple(ranked), rejected={name: tuple(r.message for r in rs) for name, rs in rejections.items()},
-        requested=requested_backend.name if requested_backend else None, notes=tuple(notes),
-        per_phase=per_phase, dispatch=dispatch,
+        kind=kind,
+        spec=spec.to_dict(),
+        device=device,
+        backend=chosen.backend,
+        tactics=dict(chosen.tactics),
+        ranked=tuple(ranked),
+        rejected={name: tuple(r.message for r in rs) for name, rs in rejections.items()},
+        requested=requested_backend.name if requested_backend else None,
+        notes=tuple(notes),
+        per_phase=per_phase,
+        dispatch=dispatch,
     )
 
 
 @functools.lru_cache(maxsize=1024)
-def _cached(kind: str, spec: Spec, device: DeviceProfile, requested: str | None, how: str,
-            assume_installed: bool, db: str | bool | None, max_num_seqs: int, max_model_len: int,
-            profile: str) -> Selection:
+def _cached(
+    kind: str,
+    spec: Spec,
+    device: DeviceProfile,
+    requested: str | None,
+    how: str,
+    assume_installed: bool,
+    db: str | bool | None,
+    max_num_seqs: int,
+    max_model_len: int,
+    profile: str,
+) -> Selection:
     return _select(kind, spec, device, requested, how, assume_installed, db, max_num_seqs, max_model_len, profile)
 
 
 def select_attention(
-    spec: AttentionSpec, device: DeviceArg = "auto", backend: str | None = None, *,
-    assume_installed: bool = False, db: str | bool | None = None, max_num_seqs: int = 256,
-    max_model_len: int = 32768, profile: str = "balanced",
+    spec: AttentionSpec,
+    device: DeviceArg = "auto",
+    backend: str | None = None,
+    *,
+    assume_installed: bool = False,
+    db: str | bool | None = None,
+    max_num_seqs: int = 256,
+    max_model_len: int = 32768,
+    profile: str = "balanced",
 ) -> Selection:
     """Rank the valid attention backends for ``spec`` on ``device``.
 
@@ -192,18 +239,34 @@ def select_attention(
     if not isinstance(spec, AttentionSpec):
         raise TypeError("select_attention needs an AttentionSpec")
     requested, how = _requested("attention", backend)
-    return _cached("attention", spec, resolve_device(device), requested, how, assume_installed, db,
-                   max_num_seqs, max_model_len, profile)
+    return _cached(
+        "attention",
+        spec,
+        resolve_device(device),
+        requested,
+        how,
+        assume_installed,
+        db,
+        max_num_seqs,
+        max_model_len,
+        profile,
+    )
 
 
 def select_all2all(
-    spec: All2AllSpec, device: DeviceArg = "auto", backend: str | None = None, *,
-    assume_installed: bool = False, db: str | bool | None = None, max_num_seqs: int = 256,
+    spec: All2AllSpec,
+    device: DeviceArg = "auto",
+    backend: str | None = None,
+    *,
+    assume_installed: bool = False,
+    db: str | bool | None = None,
+    max_num_seqs: int = 256,
     profile: str = "balanced",
 ) -> Selection:
     """Rank the valid MoE all2all backends for ``spec`` on ``device`` (see select_attention)."""
     if not isinstance(spec, All2AllSpec):
         raise TypeError("select_all2all needs an All2AllSpec")
     requested, how = _requested("all2all", backend)
-    return _cached("all2all", spec, resolve_device(device), requested, how, assume_installed, db,
-                   max_num_seqs, 0, profile)
+    return _cached(
+        "all2all", spec, resolve_device(device), requested, how, assume_installed, db, max_num_seqs, 0, profile
+    )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Iterable
 if TYPE_CHECKING:
     from hwtune.selector.selection import DispatchEntry, Selection
 
+
 def build_table(entries: Iterable["DispatchEntry"]) -> tuple[dict, dict]:
     """({(phase, batch exponent, context exponent): tactic}, {phase: (max b exp, min c exp, max c exp)})."""
     cells: dict = {}

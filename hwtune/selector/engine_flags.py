@@ -30,8 +30,11 @@ def engine_args(selection: "Selection", engine: str) -> list[str]:
     args = flags.for_tactic(selection.tactic) if flags is not None else ()
     if args:
         return list(args)
-    missing = flags.missing if flags is not None and flags.missing else (
-        f"{ENGINES[engine]} has no {_FLAG_WORDS[selection.kind]} equivalent to {selection.backend}")
+    missing = (
+        flags.missing
+        if flags is not None and flags.missing
+        else (f"{ENGINES[engine]} has no {_FLAG_WORDS[selection.kind]} equivalent to {selection.backend}")
+    )
     raise NoEngineEquivalentError(missing.format(tactic=selection.tactic, backend=selection.backend))
 
 

@@ -86,7 +86,8 @@ def gather(rows: Iterable[tuple], fingerprints: Mapping[str, Mapping], env_hash:
     for (backend, tactic, phase, b, c, q), hosts in per_host.items():
         host_medians = [statistics.median(v) for v in hosts.values()]
         ev.points.setdefault((backend, tactic, phase), []).append(
-            Point(b, c, q, statistics.median(host_medians), len(host_medians)))
+            Point(b, c, q, statistics.median(host_medians), len(host_medians))
+        )
     for h, n in foreign.items():
         why = "; ".join(differences(fingerprints.get(h, {}), fingerprint)[:3]) or "a different environment"
         ev.notes.append(f"ignored {n} measurement(s) from another environment: {why}")
@@ -114,14 +115,15 @@ def estimate(points: Sequence[Point], mp: MixPoint) -> tuple[float, bool, float]
     coef = _least_squares(rows, target)
     if coef is None:  # too few or collinear neighbours: distance-weighted mean of log latency
         wsum = sum(1 / (1e-6 + (_log(p.batch) - x) ** 2 + (_log(p.context) - y) ** 2) for p in near)
-        val = sum(t / (1e-6 + (_log(p.batch) - x) ** 2 + (_log(p.context) - y) ** 2)
-                  for p, t in zip(near, target)) / wsum
+        val = (
+            sum(t / (1e-6 + (_log(p.batch) - x) ** 2 + (_log(p.context) - y) ** 2) for p, t in zip(near, target)) / wsum
+        )
     else:
         val = coef[0] + coef[1] * x + coef[2] * y
         lo, hi = min(target), max(target)
         spread = max(1.0, hi - lo)
         val = min(max(val, lo - spread), hi + spread)  # no wild extrapolation
-    return 2.0 ** val, False, conf
+    return 2.0**val, False, conf
 
 
 def _least_squares(rows: list[tuple[float, float, float]], y: list[float]) -> list[float] | None:
@@ -197,7 +199,11 @@ def dispatch_table(ev: Evidence, backend: str, max_batch: int, max_context: int)
     for phase in phases:
         tactics = {t: pts for (b, t, p), pts in ev.points.items() if b == backend and p == phase}
         batches = [1] if phase == "prefill" else [1 << i for i in range(max(1, max_batch - 1).bit_length() + 1)]
-        contexts = [1] if phase == "dispatch_combine" else [1 << i for i in range(4, max(16, max_context - 1).bit_length() + 1)]
+        contexts = (
+            [1]
+            if phase == "dispatch_combine"
+            else [1 << i for i in range(4, max(16, max_context - 1).bit_length() + 1)]
+        )
         for bm in batches:
             for cm in contexts:
                 b = bm if bm == 1 else max(1, round(bm / math.sqrt(2)))
@@ -209,21 +215,32 @@ def dispatch_table(ev: Evidence, backend: str, max_batch: int, max_context: int)
                     if est is not None and (best is None or est[0] < best[1]):
                         best = (t, est[0], est[1])
                 if best is not None:
-                    out.append(DispatchEntry(phase=phase, batch_max=bm, context_max=cm, tactic=best[0],
-                                             latency_us=round(best[1], 2),
-                                             source="measured" if best[2] else "interpolated"))
+                    out.append(
+                        DispatchEntry(
+                            phase=phase,
+                            batch_max=bm,
+                            context_max=cm,
+                            tactic=best[0],
+                            latency_us=round(best[1], 2),
+                            source="measured" if best[2] else "interpolated",
+                        )
+                    )
     return tuple(out)
 
 
-def rank(static: Sequence[RankedBackend], ev: Evidence, mix: Sequence[MixPoint]) -> tuple[list[RankedBackend], dict[str, str]]:
+def rank(
+    static: Sequence[RankedBackend], ev: Evidence, mix: Sequence[MixPoint]
+) -> tuple[list[RankedBackend], dict[str, str]]:
     """Measured backends by cost (cheapest first), then the rest in static order; and the per-phase winners."""
     costed = {r.backend: c for r in static if (c := cost_backend(ev, r.backend, mix)) is not None}
     measured = sorted(costed.values(), key=lambda c: c.cost_us)
     ranked = [
         RankedBackend(
-            backend=c.backend, source="measured" if c.exact else "interpolated",
+            backend=c.backend,
+            source="measured" if c.exact else "interpolated",
             tactics={**next(r.tactics for r in static if r.backend == c.backend), **c.tactics},
-            latency_us=c.cost_us, confidence=round(c.confidence, 3),
+            latency_us=c.cost_us,
+            confidence=round(c.confidence, 3),
             detail=f"weighted cost over {len(mix)} workload shapes",
         )
         for c in measured

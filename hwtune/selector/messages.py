@@ -21,10 +21,10 @@ def _way_out(rejection: Rejection, backend: Backend, spec: Spec) -> str | None:
     if code == "feature:spec_decode":
         return "run without speculative decoding (--spec-tokens 0)"
     if code == "kv_cache_dtype":
-        allowed = sorted(getattr(backend.rules, "kv_cache_dtypes") or ())
+        allowed = sorted(backend.rules.kv_cache_dtypes or ())
         return f"use a kv-cache dtype {backend.name} supports (--kv-cache-dtype {' | '.join(allowed)})"
     if code == "quant_dtype":
-        allowed = sorted(getattr(backend.rules, "quant_dtypes") or ())
+        allowed = sorted(backend.rules.quant_dtypes or ())
         return f"quantize activations to {' or '.join(allowed)} (--quant-dtype {allowed[0]})" if allowed else None
     if code == "block_size":
         return f"use a block size {backend.name} supports (--block-size)"
@@ -44,8 +44,13 @@ def _ways_out(kind: str, ways: Sequence[str]) -> str:
 
 
 def not_valid_message(
-    kind: str, backend: Backend, rejections: Sequence[Rejection], valid: Sequence[str], spec: Spec,
-    device: DeviceProfile, how: str,
+    kind: str,
+    backend: Backend,
+    rejections: Sequence[Rejection],
+    valid: Sequence[str],
+    spec: Spec,
+    device: DeviceProfile,
+    how: str,
 ) -> str:
     lines = [f"The requested {kind} backend {backend.name} ({how}) cannot serve this spec on {device.describe()}:"]
     lines += [f"  - {r.message}" for r in rejections]
@@ -58,9 +63,7 @@ def not_valid_message(
     return "\n".join(lines)
 
 
-def no_valid_message(
-    kind: str, rejected: Mapping[str, Sequence[Rejection]], spec: Spec, device: DeviceProfile
-) -> str:
+def no_valid_message(kind: str, rejected: Mapping[str, Sequence[Rejection]], spec: Spec, device: DeviceProfile) -> str:
     what = "model" if isinstance(spec, AttentionSpec) else "MoE layer"
     lines = [f"No {kind} backend can serve this {what} on {device.describe()}. Every backend's reasons:"]
     for name, reasons in rejected.items():

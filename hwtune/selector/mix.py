@@ -36,8 +36,9 @@ def _limited(values: Sequence[int], limit: int) -> list[int]:
     return [v for v in values if v < limit] + [limit]
 
 
-def workload_mix(max_num_seqs: int = 256, max_model_len: int = 32768, profile: str = "balanced",
-                 query_len_decode: int = 1) -> list[MixPoint]:
+def workload_mix(
+    max_num_seqs: int = 256, max_model_len: int = 32768, profile: str = "balanced", query_len_decode: int = 1
+) -> list[MixPoint]:
     """Decode over batch x context up to the engine's limits, and prefill chunks up to max_model_len."""
     if profile not in PROFILES:
         raise InvalidSpecError(f"unknown workload profile {profile!r}; known: {', '.join(PROFILES)}, or a file")
@@ -71,8 +72,13 @@ def load_mix(path: str | Path) -> list[MixPoint]:
     points = []
     for i, item in enumerate(raw, 1):
         try:
-            mp = MixPoint(phase=str(item["phase"]), batch=int(item["batch"]), context=int(item["context"]),
-                          weight=float(item["weight"]), query_len=int(item.get("query_len", 1)))
+            mp = MixPoint(
+                phase=str(item["phase"]),
+                batch=int(item["batch"]),
+                context=int(item["context"]),
+                weight=float(item["weight"]),
+                query_len=int(item.get("query_len", 1)),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidSpecError(f"{p}: point {i} needs phase, batch, context and weight ({exc})") from None
         if mp.phase not in ("decode", "prefill") or mp.batch <= 0 or mp.context <= 0 or not mp.weight >= 0:

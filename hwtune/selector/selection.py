@@ -24,8 +24,12 @@ class RankedBackend:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "backend": self.backend, "source": self.source, "tactics": dict(self.tactics),
-            "latency_us": self.latency_us, "confidence": self.confidence, "detail": self.detail,
+            "backend": self.backend,
+            "source": self.source,
+            "tactics": dict(self.tactics),
+            "latency_us": self.latency_us,
+            "confidence": self.confidence,
+            "detail": self.detail,
         }
 
 
@@ -109,8 +113,9 @@ class Selection:
             est = f", ~{r.latency_us:.1f} us" if r.latency_us is not None else ""
             conf = f", confidence {r.confidence:.2f}" if r.confidence is not None else ""
             tac = ", ".join(f"{p}: {t}" for p, t in r.tactics.items())
-            lines.append(f"  {i}. {r.backend} [{r.source}{est}{conf}] tactics {tac}"
-                         + (f" - {r.detail}" if r.detail else ""))
+            lines.append(
+                f"  {i}. {r.backend} [{r.source}{est}{conf}] tactics {tac}" + (f" - {r.detail}" if r.detail else "")
+            )
         if self.rejected:
             lines.append("rejected:")
             for name, reasons in self.rejected.items():

@@ -38,9 +38,11 @@ class TuneOptions:
         if self.resume and self.fresh:
             raise InvalidSpecError("--resume continues a run and --fresh starts over: give one")
         if self.device not in DEVICES:
-            raise InvalidSpecError(f"--device takes auto, cuda or cpu, not {self.device!r} (to plan for another "
-                                   "GPU model without it, use `hwtune select --device NAME`; tuning measures "
-                                   "this node)")
+            raise InvalidSpecError(
+                f"--device takes auto, cuda or cpu, not {self.device!r} (to plan for another "
+                "GPU model without it, use `hwtune select --device NAME`; tuning measures "
+                "this node)"
+            )
         if self.time_cap_s is not None and self.time_cap_s <= 0:
             raise InvalidSpecError("--time-cap must be a positive number of seconds")
 
@@ -69,8 +71,10 @@ def resolve_profile(device: str) -> DeviceProfile:
 
     profile = detect()
     if device == "cuda" and not profile.is_cuda:
-        raise InvalidSpecError("--device cuda: no NVIDIA GPU was found on this node (NVML saw none); "
-                               "run on the GPU node, or use --device cpu to exercise the pipeline on the CPU")
+        raise InvalidSpecError(
+            "--device cuda: no NVIDIA GPU was found on this node (NVML saw none); "
+            "run on the GPU node, or use --device cpu to exercise the pipeline on the CPU"
+        )
     if device == "cpu" or (device == "auto" and not profile.is_cuda):
         return CPU_PROFILE
     return profile

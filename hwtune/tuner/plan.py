@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
-
-import tomllib
 
 from hwtune.core import catalogue
 from hwtune.core.devices import DeviceProfile
@@ -54,8 +53,12 @@ class PlanItem:
         return self.workload.key()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "workload": self.workload.to_dict(), "level": self.level,
-                "backends": list(self.backends) if self.backends else None}
+        return {
+            "kind": self.kind,
+            "workload": self.workload.to_dict(),
+            "level": self.level,
+            "backends": list(self.backends) if self.backends else None,
+        }
 
 
 #: --quick measures the backends engines choose between (vLLM's priority lists) with their cheap tactics:
@@ -79,8 +82,11 @@ class Plan:
             if seen is None:
                 merged[item.key] = item
             else:
-                both = None if seen.backends is None or item.backends is None else \
-                    tuple(dict.fromkeys(seen.backends + item.backends))
+                both = (
+                    None
+                    if seen.backends is None or item.backends is None
+                    else tuple(dict.fromkeys(seen.backends + item.backends))
+                )
                 merged[item.key] = PlanItem(seen.workload, min(seen.level, item.level), both)
         self.items = list(merged.values())
 
@@ -90,8 +96,13 @@ class Plan:
         return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "digest": self.digest(), "notes": self.notes, "time_cap_s": self.time_cap_s,
-                "items": [i.to_dict() for i in self.items]}
+        return {
+            "name": self.name,
+            "digest": self.digest(),
+            "notes": self.notes,
+            "time_cap_s": self.time_cap_s,
+            "items": [i.to_dict() for i in self.items],
+        }
 
 
 def _kv_fits(workload: AttentionWorkload, device: DeviceProfile | None) -> bool:
@@ -99,15 +110,21 @@ def _kv_fits(workload: AttentionWorkload, device: DeviceProfile | None) -> bool:
         return True
     spec = workload.spec
     per_token = 2 * spec.num_kv_heads * spec.head_size * (1 if spec.kv_cache_dtype.startswith("fp8") else 2)
-    tokens = (sum(workload.context_lens) if workload.context_lens else workload.batch * workload.context_len)
+    tokens = sum(workload.context_lens) if workload.context_lens else workload.batch * workload.context_len
     # the cache, a second batch written in place, and the reference's float32 gathers of one request
     return 3 * per_token * tokens <= MEMORY_FRACTION * device.memory_bytes
 
 
 def attention_items(
-    spec: AttentionSpec, *, max_num_seqs: int = 256, max_model_len: int = 131072, quick: bool = False,
-    device: DeviceProfile | None = None, notes: list[str] | None = None,
-    decode: Mapping[str, Iterable[int]] | None = None, context: Mapping[str, Iterable[int]] | None = None,
+    spec: AttentionSpec,
+    *,
+    max_num_seqs: int = 256,
+    max_model_len: int = 131072,
+    quick: bool = False,
+    device: DeviceProfile | None = None,
+    notes: list[str] | None = None,
+    decode: Mapping[str, Iterable[int]] | None = None,
+    context: Mapping[str, Iterable[int]] | None = None,
 ) -> list[PlanItem]:
     """Decode grid (batch x context), prefill chunks on cached prefixes, and a mixed batch."""
     notes = notes if notes is not None else []
@@ -118,14 +135,18 @@ def attention_items(
         if _kv_fits(w, device):
             items.append(PlanItem(w, level))
         else:
-            notes.append(f"skipped {w.phase} batch {w.batch} x {w.context_len} tokens: its KV cache does not fit "
-                         f"in {MEMORY_FRACTION:.0%} of {device.describe() if device else 'the device'}")
+            notes.append(
+                f"skipped {w.phase} batch {w.batch} x {w.context_len} tokens: its KV cache does not fit "
+                f"in {MEMORY_FRACTION:.0%} of {device.describe() if device else 'the device'}"
+            )
 
     cpu = device is not None and not device.is_cuda
-    batches = decode or (CPU_DECODE_BATCH if cpu else
-                         {"coarse": QUICK_DECODE_BATCH, "refine": ()} if quick else DECODE_BATCH)
-    contexts = context or (CPU_DECODE_CONTEXT if cpu else
-                           {"coarse": QUICK_DECODE_CONTEXT, "refine": ()} if quick else DECODE_CONTEXT)
+    batches = decode or (
+        CPU_DECODE_BATCH if cpu else {"coarse": QUICK_DECODE_BATCH, "refine": ()} if quick else DECODE_BATCH
+    )
+    contexts = context or (
+        CPU_DECODE_CONTEXT if cpu else {"coarse": QUICK_DECODE_CONTEXT, "refine": ()} if quick else DECODE_CONTEXT
+    )
     for level, bkey in ((0, "coarse"), (1, "refine")):
         for b in batches.get(bkey, ()):
             for ckey in ("coarse", "refine"):
@@ -145,24 +166,43 @@ def attention_items(
                         add(AttentionWorkload(spec, "prefill", batch=1, context_len=total, query_len=chunk), lvl)
     if not quick and max_num_seqs >= 2:  # the layout engines run: decodes with one prefill chunk in the batch
         b, ctx, chunk = (4, 256, 64) if cpu else (min(32, max_num_seqs), 4096, 1024)
-        add(AttentionWorkload(spec, "mixed", batch=b, context_len=min(ctx, max_model_len),
-                              query_len=min(chunk, max_model_len), num_prefill=1), 0)
+        add(
+            AttentionWorkload(
+                spec,
+                "mixed",
+                batch=b,
+                context_len=min(ctx, max_model_len),
+                query_len=min(chunk, max_model_len),
+                num_prefill=1,
+            ),
+            0,
+        )
     return items
 
 
-def all2all_items(spec: All2AllSpec, *, quick: bool = False, max_tokens: int = 8192,
-                  tokens: Mapping[str, Iterable[int]] | None = None) -> list[PlanItem]:
+def all2all_items(
+    spec: All2AllSpec, *, quick: bool = False, max_tokens: int = 8192, tokens: Mapping[str, Iterable[int]] | None = None
+) -> list[PlanItem]:
     grid = tokens or ({"coarse": (16, 1024), "refine": ()} if quick else A2A_TOKENS)
     return [
         PlanItem(All2AllWorkload(spec, tokens_per_rank=t), 0 if key == "coarse" else 1)
-        for key in ("coarse", "refine") for t in grid.get(key, ()) if t <= max_tokens
+        for key in ("coarse", "refine")
+        for t in grid.get(key, ())
+        if t <= max_tokens
     ]
 
 
 def plan_from_model(
-    model: ModelInfo | str | Path, *, tp: int = 1, ep: int | None = None, max_num_seqs: int = 256,
-    max_model_len: int | None = None, kinds: Iterable[str] = ("attention", "all2all"), quick: bool = False,
-    device: DeviceProfile | None = None, attention_overrides: Mapping[str, Any] | None = None,
+    model: ModelInfo | str | Path,
+    *,
+    tp: int = 1,
+    ep: int | None = None,
+    max_num_seqs: int = 256,
+    max_model_len: int | None = None,
+    kinds: Iterable[str] = ("attention", "all2all"),
+    quick: bool = False,
+    device: DeviceProfile | None = None,
+    attention_overrides: Mapping[str, Any] | None = None,
     quant_dtypes: Iterable[str] = ("bf16", "fp8"),
 ) -> Plan:
     info = model if isinstance(model, ModelInfo) else load_model_config(model)
@@ -172,8 +212,9 @@ def plan_from_model(
     if "attention" in kinds:
         spec = attention_spec(info, tp, **dict(attention_overrides or {}))
         mml = max_model_len or info.max_position_embeddings or 131072
-        items += attention_items(spec, max_num_seqs=max_num_seqs, max_model_len=mml, quick=quick, device=device,
-                                 notes=notes)
+        items += attention_items(
+            spec, max_num_seqs=max_num_seqs, max_model_len=mml, quick=quick, device=device, notes=notes
+        )
     if "all2all" in kinds:
         if not info.is_moe:
             notes.append(f"{info.model_type} is not a MoE model: no all2all workloads")
@@ -183,28 +224,48 @@ def plan_from_model(
             for q in quant_dtypes:
                 items += all2all_items(all2all_spec(info, ep, quant_dtype=q), quick=quick)
     name = f"{info.model_type} tp{tp}" + (f" ep{ep}" if ep else "") + (" quick" if quick else "")
-    return Plan(name=name, items=items, notes=notes, time_cap_s=1.0 if quick else 2.0,
-                backends=QUICK_BACKENDS if quick else None)
+    return Plan(
+        name=name,
+        items=items,
+        notes=notes,
+        time_cap_s=1.0 if quick else 2.0,
+        backends=QUICK_BACKENDS if quick else None,
+    )
 
 
 # Llama-3.1-8B's attention (32 query / 8 KV heads, head size 128, bf16), the default when no model is given.
 DEFAULT_SPEC = AttentionSpec(num_heads=32, num_kv_heads=8, head_size=128)
 
 
-def default_plan(*, quick: bool = False, device: DeviceProfile | None = None,
-                 kinds: Iterable[str] = ("attention",)) -> Plan:
+def default_plan(
+    *, quick: bool = False, device: DeviceProfile | None = None, kinds: Iterable[str] = ("attention",)
+) -> Plan:
     notes: list[str] = ["no --model or --plan: default plan for a Llama-3.1-8B-shaped model (32/8 heads, head 128)"]
     items = attention_items(DEFAULT_SPEC, quick=quick, device=device, notes=notes) if "attention" in kinds else []
     if "all2all" in kinds:
         items += all2all_items(All2AllSpec(ep_size=2, num_experts=64, topk=8, hidden_size=4096), quick=quick)
-    return Plan(name="default" + (" quick" if quick else ""), items=items, notes=notes,
-                time_cap_s=1.0 if quick else 2.0, backends=QUICK_BACKENDS if quick else None)
+    return Plan(
+        name="default" + (" quick" if quick else ""),
+        items=items,
+        notes=notes,
+        time_cap_s=1.0 if quick else 2.0,
+        backends=QUICK_BACKENDS if quick else None,
+    )
 
 
-def build_plan(model: str | Path | None, plan_file: str | Path | None, *, tp: int = 1, ep: int | None = None,
-               max_num_seqs: int = 256, max_model_len: int | None = None, kinds: Iterable[str] = ("attention",),
-               quick: bool = False, device: DeviceProfile | None = None,
-               attention_overrides: Mapping[str, Any] | None = None) -> Plan:
+def build_plan(
+    model: str | Path | None,
+    plan_file: str | Path | None,
+    *,
+    tp: int = 1,
+    ep: int | None = None,
+    max_num_seqs: int = 256,
+    max_model_len: int | None = None,
+    kinds: Iterable[str] = ("attention",),
+    quick: bool = False,
+    device: DeviceProfile | None = None,
+    attention_overrides: Mapping[str, Any] | None = None,
+) -> Plan:
     """The plan a tune run measures: from a plan file, from a model's config.json, or the default plan."""
     if plan_file is not None and model is not None:
         raise InvalidSpecError("give --model or --plan, not both (a plan file can name its model)")
@@ -212,8 +273,17 @@ def build_plan(model: str | Path | None, plan_file: str | Path | None, *, tp: in
         return plan_from_toml(plan_file, device=device)
     if model is not None:
         overrides = {k: v for k, v in (attention_overrides or {}).items() if v is not None}
-        return plan_from_model(model, tp=tp, ep=ep, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
-                               kinds=list(kinds), quick=quick, device=device, attention_overrides=overrides)
+        return plan_from_model(
+            model,
+            tp=tp,
+            ep=ep,
+            max_num_seqs=max_num_seqs,
+            max_model_len=max_model_len,
+            kinds=list(kinds),
+            quick=quick,
+            device=device,
+            attention_overrides=overrides,
+        )
     return default_plan(quick=quick, device=device, kinds=list(kinds))
 
 
@@ -238,33 +308,42 @@ def plan_from_toml(path: str | Path, *, device: DeviceProfile | None = None) -> 
         raise InvalidSpecError(f"{p} is not valid TOML: {exc}") from None
     unknown = set(doc) - _PLAN_KEYS
     if unknown:
-        raise InvalidSpecError(f"plan file {p}: unknown sections {', '.join(sorted(unknown))}; "
-                               f"known: {', '.join(sorted(_PLAN_KEYS))}")
+        raise InvalidSpecError(
+            f"plan file {p}: unknown sections {', '.join(sorted(unknown))}; known: {', '.join(sorted(_PLAN_KEYS))}"
+        )
     model = doc.get("model", {})
     info = load_model_config(p.parent / model["config"]) if "config" in model else None
     tp = int(model.get("tp", 1))
     notes: list[str] = []
     items: list[PlanItem] = []
     tables = doc.get("attention", [])
-    for table in (tables if isinstance(tables, list) else [tables]):
+    for table in tables if isinstance(tables, list) else [tables]:
         items += _attention_table(dict(table), info, tp, p)
     fitting = [i for i in items if _kv_fits(i.workload, device)]  # type: ignore[arg-type]
-    notes += [f"skipped {i.workload.phase} batch {i.workload.batch} x {i.workload.context_len} tokens: its "  # type: ignore[union-attr]
-              "KV cache does not fit in memory" for i in items if i not in fitting]
+    notes += [
+        f"skipped {i.workload.phase} batch {i.workload.batch} x {i.workload.context_len} tokens: its "  # type: ignore[union-attr]
+        "KV cache does not fit in memory"
+        for i in items
+        if i not in fitting
+    ]
     items = fitting
     if "all2all" in doc:
         a = dict(doc["all2all"])
         backends = tuple(a.pop("backends", ())) or None
         tokens = _ints(a.pop("tokens_per_rank", [1, 64, 1024, 8192]), "all2all.tokens_per_rank")
         quants = a.pop("quant_dtype", "bf16")
-        for q in (quants if isinstance(quants, list) else [quants]):
-            spec2 = all2all_spec(info, **{**a, "quant_dtype": q}) if info is not None and info.is_moe else \
-                All2AllSpec(**{**a, "quant_dtype": q})
+        for q in quants if isinstance(quants, list) else [quants]:
+            spec2 = (
+                all2all_spec(info, **{**a, "quant_dtype": q})
+                if info is not None and info.is_moe
+                else All2AllSpec(**{**a, "quant_dtype": q})
+            )
             items += [PlanItem(All2AllWorkload(spec2, t), 0, backends) for t in tokens]
     if not items:
         raise InvalidSpecError(f"plan file {p} plans no workloads: give [attention] grids or [all2all]")
-    return Plan(name=str(doc.get("name", p.stem)), items=items, notes=notes,
-                time_cap_s=float(doc.get("time_cap_s", 2.0)))
+    return Plan(
+        name=str(doc.get("name", p.stem)), items=items, notes=notes, time_cap_s=float(doc.get("time_cap_s", 2.0))
+    )
 
 
 def _ragged(batch: int, context: int, seed: int) -> tuple[int, ...]:
@@ -292,16 +371,36 @@ def _attention_table(a: dict[str, Any], info: ModelInfo | None, tp: int, p: Path
         for b in _ints(d.get("batch", 1), "decode.batch"):
             for c in _ints(d.get("context", 4096), "decode.context"):
                 lens = _ragged(b, c, int(d.get("seed", 0))) if d.get("ragged") else None
-                items.append(PlanItem(AttentionWorkload(spec, "decode", b, c, query_len=spec.query_len_decode,
-                                                        context_lens=lens), int(d.get("level", 0)), own(d)))
+                items.append(
+                    PlanItem(
+                        AttentionWorkload(spec, "decode", b, c, query_len=spec.query_len_decode, context_lens=lens),
+                        int(d.get("level", 0)),
+                        own(d),
+                    )
+                )
     for d in grids.get("prefill", []):
         for chunk in _ints(d.get("chunk", 2048), "prefill.chunk"):
             for prefix in _ints(d.get("prefix", 0), "prefill.prefix", minimum=0):
-                items.append(PlanItem(AttentionWorkload(spec, "prefill", int(d.get("batch", 1)), chunk + prefix,
-                                                        query_len=chunk), int(d.get("level", 0)), own(d)))
+                items.append(
+                    PlanItem(
+                        AttentionWorkload(spec, "prefill", int(d.get("batch", 1)), chunk + prefix, query_len=chunk),
+                        int(d.get("level", 0)),
+                        own(d),
+                    )
+                )
     for d in grids.get("mixed", []):
-        items.append(PlanItem(AttentionWorkload(spec, "mixed", int(d["batch"]), int(d["context"]),
-                                                query_len=int(d.get("chunk", 512)),
-                                                num_prefill=int(d.get("num_prefill", 1))),
-                              int(d.get("level", 0)), own(d)))
+        items.append(
+            PlanItem(
+                AttentionWorkload(
+                    spec,
+                    "mixed",
+                    int(d["batch"]),
+                    int(d["context"]),
+                    query_len=int(d.get("chunk", 512)),
+                    num_prefill=int(d.get("num_prefill", 1)),
+                ),
+                int(d.get("level", 0)),
+                own(d),
+            )
+        )
     return items

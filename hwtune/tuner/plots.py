@@ -23,8 +23,11 @@ def _best(records: Iterable[MeasurementRecord]) -> dict[tuple[str, str], dict[tu
         if not r.ok or r.stats is None:
             continue
         w = r.workload
-        shape = (("a2a", w["spec"]["ep_size"], w["spec"]["quant_dtype"], w["spec"]["hidden_size"], w["tokens_per_rank"])
-                 if r.kind == "all2all" else (w["phase"], w["batch"], w["context_len"], w["query_len"]))
+        shape = (
+            ("a2a", w["spec"]["ep_size"], w["spec"]["quant_dtype"], w["spec"]["hidden_size"], w["tokens_per_rank"])
+            if r.kind == "all2all"
+            else (w["phase"], w["batch"], w["context_len"], w["query_len"])
+        )
         cur = out[(r.environment_hash, r.backend)].get(shape)
         if cur is None or r.stats.median_us < cur:
             out[(r.environment_hash, r.backend)][shape] = r.stats.median_us
@@ -40,9 +43,15 @@ def _save(fig: Any, out: Path, name: str) -> str:
     return name
 
 
-def _latency_panels(series: dict[str, dict[tuple, float]], panels: list[tuple], x_of: Callable[[tuple], int],
-                    panel_of: Callable[[tuple], tuple], title: Callable[[tuple], str], xlabel: str,
-                    ylabel: str) -> Any:
+def _latency_panels(
+    series: dict[str, dict[tuple, float]],
+    panels: list[tuple],
+    x_of: Callable[[tuple], int],
+    panel_of: Callable[[tuple], tuple],
+    title: Callable[[tuple], str],
+    xlabel: str,
+    ylabel: str,
+) -> Any:
     """One log-log panel per ``panels`` entry: latency against ``x_of(shape)`` for each backend."""
     import matplotlib.pyplot as plt
 
@@ -90,17 +99,32 @@ def _environment_images(per_backend: dict[str, dict[tuple, float]], out: Path, n
     decode = {b: {k: v for k, v in s.items() if k[0] == "decode"} for b, s in per_backend.items()}
     batches = sorted({k[1] for s in decode.values() for k in s})
     if batches:
-        shown = batches if len(batches) <= 4 else [batches[i] for i in (0, len(batches) // 3, 2 * len(batches) // 3, -1)]
-        fig = _latency_panels(decode, [(b,) for b in shown], lambda k: k[2], lambda k: (k[1],),
-                              lambda p: f"decode, batch {p[0]}", "context (tokens)", "latency (us)")
+        shown = (
+            batches if len(batches) <= 4 else [batches[i] for i in (0, len(batches) // 3, 2 * len(batches) // 3, -1)]
+        )
+        fig = _latency_panels(
+            decode,
+            [(b,) for b in shown],
+            lambda k: k[2],
+            lambda k: (k[1],),
+            lambda p: f"decode, batch {p[0]}",
+            "context (tokens)",
+            "latency (us)",
+        )
         imgs.append(_save(fig, out, f"decode_latency_{n}.png"))
         imgs.append(_save(_winner_map(decode, batches), out, f"winner_map_{n}.png"))
     a2a = {b: {k: v for k, v in s.items() if k[0] == "a2a"} for b, s in per_backend.items()}
     groups = sorted({k[1:4] for s in a2a.values() for k in s})
     if groups:
-        fig = _latency_panels(a2a, groups, lambda k: k[4], lambda k: k[1:4],
-                              lambda g: f"all2all EP{g[0]} {g[1]} hidden {g[2]}", "tokens per rank",
-                              "dispatch+combine (us)")
+        fig = _latency_panels(
+            a2a,
+            groups,
+            lambda k: k[4],
+            lambda k: k[1:4],
+            lambda g: f"all2all EP{g[0]} {g[1]} hidden {g[2]}",
+            "tokens per rank",
+            "dispatch+combine (us)",
+        )
         imgs.append(_save(fig, out, f"all2all_latency_{n}.png"))
     return imgs
 
@@ -120,8 +144,10 @@ def write_report(records: list[MeasurementRecord], out_dir: str | Path, title: s
         fp = next(r.environment for r in records if r.environment_hash == env)
         imgs = _environment_images({b: shapes for (e, b), shapes in best.items() if e == env}, out, n)
         dev, stack = fp.get("device", {}), fp.get("stack", {})
-        env_rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(str(v))}</td></tr>"
-                           for k, v in {**dev, **stack}.items())
+        env_rows = "".join(
+            f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(str(v))}</td></tr>"
+            for k, v in {**dev, **stack}.items()
+        )
         sections.append(
             f"<h2>Environment {env}</h2><table>{env_rows}</table>"
             + "".join(f'<p><img src="{i}" alt="{i}"></p>' for i in imgs)
@@ -131,6 +157,7 @@ def write_report(records: list[MeasurementRecord], out_dir: str | Path, title: s
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         "<style>body{font-family:sans-serif;margin:2em}td{padding:2px 8px;border-bottom:1px solid #ddd}</style>"
         f"</head><body><h1>{html.escape(title)}</h1><p>{len(records)} measurements, {len(envs)} environment(s).</p>"
-        + "".join(sections) + "</body></html>"
+        + "".join(sections)
+        + "</body></html>"
     )
     return page

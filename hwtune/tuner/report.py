@@ -30,8 +30,10 @@ def workload_label(rec: MeasurementRecord) -> tuple[tuple, str]:
     w = rec.workload
     if rec.kind == "all2all":
         s = w["spec"]
-        return (("all2all", s["ep_size"], s["quant_dtype"], s["hidden_size"], w["tokens_per_rank"]),
-                f"ep{s['ep_size']} {s['quant_dtype']} h{s['hidden_size']} top{s['topk']} {w['tokens_per_rank']} tok/rank")
+        return (
+            ("all2all", s["ep_size"], s["quant_dtype"], s["hidden_size"], w["tokens_per_rank"]),
+            f"ep{s['ep_size']} {s['quant_dtype']} h{s['hidden_size']} top{s['topk']} {w['tokens_per_rank']} tok/rank",
+        )
     q = f" q{w['query_len']}" if w["phase"] != "decode" or w["query_len"] > 1 else ""
     s = w["spec"]
     tags = [f"h{s['num_heads']}/{s['num_kv_heads']}/{s['head_size']}"]
@@ -39,8 +41,10 @@ def workload_label(rec: MeasurementRecord) -> tuple[tuple, str]:
     tags += [s["kv_layout"]] if s["kv_layout"] != "auto" else []
     tags += [f"dcp{s['dcp_size']}"] if s["dcp_size"] > 1 else []
     tags += ["ragged"] if w.get("context_lens") else []
-    return ((w["phase"], tuple(tags), w["batch"], w["context_len"], w["query_len"]),
-            f"{w['phase']} b{w['batch']} ctx{w['context_len']}{q} [{', '.join(tags)}]")
+    return (
+        (w["phase"], tuple(tags), w["batch"], w["context_len"], w["query_len"]),
+        f"{w['phase']} b{w['batch']} ctx{w['context_len']}{q} [{', '.join(tags)}]",
+    )
 
 
 def winners(records: Iterable[MeasurementRecord]) -> list[Winner]:
@@ -55,11 +59,20 @@ def winners(records: Iterable[MeasurementRecord]) -> list[Winner]:
         best = ok[0]
         second = next((r for r in ok[1:] if (r.backend, r.tactic) != (best.backend, best.tactic)), None)
         key, label = workload_label(best)
-        out.append((key, Winner(
-            kind=best.kind, label=label, backend=best.backend, tactic=best.tactic,
-            median_us=best.stats.median_us,  # type: ignore[union-attr]
-            runner_up=f"{second.backend}/{second.tactic}" if second else None,
-            margin=(second.stats.median_us / best.stats.median_us - 1) if second else None,  # type: ignore[union-attr]
-            candidates=len(ok), failures=sum(r.status in ("crashed", "wrong_answer", "error", "timeout") for r in recs),
-        )))
+        out.append(
+            (
+                key,
+                Winner(
+                    kind=best.kind,
+                    label=label,
+                    backend=best.backend,
+                    tactic=best.tactic,
+                    median_us=best.stats.median_us,  # type: ignore[union-attr]
+                    runner_up=f"{second.backend}/{second.tactic}" if second else None,
+                    margin=(second.stats.median_us / best.stats.median_us - 1) if second else None,  # type: ignore[union-attr]
+                    candidates=len(ok),
+                    failures=sum(r.status in ("crashed", "wrong_answer", "error", "timeout") for r in recs),
+                ),
+            )
+        )
     return [w for _, w in sorted(out, key=lambda kw: (kw[1].kind, kw[0]))]

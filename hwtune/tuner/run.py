@@ -61,8 +61,14 @@ def plan_queue_id(plan: Plan, env: Environment) -> str:
 class Tuner:
     """Measures a plan's items through the store's work queue (see the module docstring)."""
 
-    def __init__(self, plan: Plan, store: ResultStore, options: TuneOptions | None = None,
-                 profile: DeviceProfile | None = None, progress: Progress | None = None) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        store: ResultStore,
+        options: TuneOptions | None = None,
+        profile: DeviceProfile | None = None,
+        progress: Progress | None = None,
+    ) -> None:
         from hwtune.core.detect import detect
 
         options = options or TuneOptions()
@@ -127,9 +133,18 @@ class Tuner:
         w = item.workload
         if isinstance(w, AttentionWorkload):
             planned = [c for c in plan_candidates(w, self.profile, backends) if (c.backend, c.tactic) not in skip]
-            measure_attention(w, planned, device=self.device, profile=self.profile, timing=self.timing,
-                              timeout_s=self.opts.timeout_s, run_id=run_id, pool=pool, seed=self.opts.seed,
-                              on_record=store)
+            measure_attention(
+                w,
+                planned,
+                device=self.device,
+                profile=self.profile,
+                timing=self.timing,
+                timeout_s=self.opts.timeout_s,
+                run_id=run_id,
+                pool=pool,
+                seed=self.opts.seed,
+                on_record=store,
+            )
         else:
             from hwtune.core import catalogue
             from hwtune.probes.all2all.measure import measure_all2all
@@ -137,8 +152,15 @@ class Tuner:
             assert isinstance(w, All2AllWorkload)
             known = catalogue.names("all2all")
             names = [b for b in ([b for b in backends or () if b in known] or known) if (b, "default") not in skip]
-            for rec in measure_all2all(w, names, device=self.device, timeout_s=self.opts.timeout_s,  # type: ignore[arg-type]
-                                       time_cap_s=self.timing.time_cap_s, environment=self.env, run_id=run_id):
+            for rec in measure_all2all(
+                w,
+                names,
+                device=self.device,
+                timeout_s=self.opts.timeout_s,  # type: ignore[arg-type]
+                time_cap_s=self.timing.time_cap_s,
+                environment=self.env,
+                run_id=run_id,
+            ):
                 store(rec)
 
     # --- the run --------------------------------------------------------------------------------------
@@ -147,8 +169,7 @@ class Tuner:
         """Measure every item of the plan (coarse grid first, then refinements ordered by where backends
         cross over), storing each record as soon as it exists; returns what happened."""
         queue_id = self._queue_id()
-        run_id = self.store.start_run(plan={**self.plan.to_dict(), "queue_id": queue_id},
-                                      budget_s=self.opts.budget_s)
+        run_id = self.store.start_run(plan={**self.plan.to_dict(), "queue_id": queue_id}, budget_s=self.opts.budget_s)
         report = TuneReport(queue_id, run_id, self.env.hash(), self.profile.describe(), notes=list(self.plan.notes))
         self.store.enqueue(queue_id, [(i.key, i.to_dict()) for i in self.plan.items if i.level == 0])
         started = time.monotonic()
@@ -157,8 +178,15 @@ class Tuner:
             if self.opts.warmup and self.device == "cuda":
                 from hwtune.tuner.warmup import warm_up
 
-                report.compile_s.update(warm_up(self.plan, self.profile, self.opts.backends or self.plan.backends,
-                                                parallel=self.opts.warmup_parallel, progress=self.progress))
+                report.compile_s.update(
+                    warm_up(
+                        self.plan,
+                        self.profile,
+                        self.opts.backends or self.plan.backends,
+                        parallel=self.opts.warmup_parallel,
+                        progress=self.progress,
+                    )
+                )
             self._work(queue_id, run_id, report, started)
             if report.state == "running":
                 report.state = "done"
@@ -174,8 +202,9 @@ class Tuner:
                 pass
         failed = self.store.queue_state(queue_id).get("failed", 0)
         if failed:
-            report.notes.append(f"{failed} item(s) failed repeatedly (their workers died each time): see "
-                                "`hwtune show --status crashed`")
+            report.notes.append(
+                f"{failed} item(s) failed repeatedly (their workers died each time): see `hwtune show --status crashed`"
+            )
         return report
 
     def _work(self, queue_id: str, run_id: str, report: TuneReport, started: float) -> None:
@@ -197,8 +226,9 @@ class Tuner:
                         continue
                     return
                 key, payload = claimed[0]
-                item = items.get(key) or PlanItem(workload_from_dict(payload["kind"], payload["workload"]),
-                                                  int(payload.get("level", 0)))
+                item = items.get(key) or PlanItem(
+                    workload_from_dict(payload["kind"], payload["workload"]), int(payload.get("level", 0))
+                )
                 t0 = time.monotonic()
                 self._measure_claimed(item, queue_id, run_id, pool, report, len(items))
                 durations.append(time.monotonic() - t0)
@@ -212,8 +242,10 @@ class Tuner:
         if elapsed + estimate <= self.opts.budget_s:
             return False
         report.items_skipped_budget = self.store.queue_state(queue_id).get("pending", 0)
-        report.notes.append(f"budget of {self.opts.budget_s / 60:.1f} min reached after {elapsed / 60:.1f} min; "
-                            f"{report.items_skipped_budget} item(s) left pending (continue with --resume)")
+        report.notes.append(
+            f"budget of {self.opts.budget_s / 60:.1f} min reached after {elapsed / 60:.1f} min; "
+            f"{report.items_skipped_budget} item(s) left pending (continue with --resume)"
+        )
         report.state = "interrupted"
         return True
 
@@ -224,8 +256,9 @@ class Tuner:
         ordered = order_refinements(refine, coarse, done)
         self.store.enqueue(queue_id, [(i.key, i.to_dict()) for i in ordered])
 
-    def _measure_claimed(self, item: PlanItem, queue_id: str, run_id: str, pool: WorkerPool,
-                         report: TuneReport, total: int) -> None:
+    def _measure_claimed(
+        self, item: PlanItem, queue_id: str, run_id: str, pool: WorkerPool, report: TuneReport, total: int
+    ) -> None:
         """Measure one claimed item under its lease and mark it complete."""
         with self._lock:
             self._held.add(item.key)
@@ -255,14 +288,17 @@ def estimate_seconds(plan: Plan, profile: DeviceProfile, backends: tuple[str, ..
     seconds, seen = 0.0, set()
     for item in plan.items:
         if isinstance(item.workload, AttentionWorkload):
-            cands = [c for c in plan_candidates(item.workload, profile, item.backends or backends or plan.backends)
-                     if c.runnable]
+            cands = [
+                c
+                for c in plan_candidates(item.workload, profile, item.backends or backends or plan.backends)
+                if c.runnable
+            ]
             for c in cands:
                 name = f"{c.backend}/{c.tactic}"
                 if name not in seen:
                     seen.add(name)
                     tactic = catalogue.get("attention", c.backend).tactic(c.tactic)
-                    seconds += (tactic.compile_s if tactic and tactic.compile_s is not None else 5)
+                    seconds += tactic.compile_s if tactic and tactic.compile_s is not None else 5
             seconds += len(cands) * (1.5 + plan.time_cap_s * 0.6)
         else:
             seconds += 8 * (5 + plan.time_cap_s)

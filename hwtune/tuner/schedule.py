@@ -49,8 +49,9 @@ def informative(item: PlanItem, coarse: Sequence[PlanItem], won: dict[str, tuple
     return len(seen) > 1 or (None, None) in seen
 
 
-def order_refinements(refine: Sequence[PlanItem], coarse: Sequence[PlanItem],
-                      records: Iterable[MeasurementRecord]) -> list[PlanItem]:
+def order_refinements(
+    refine: Sequence[PlanItem], coarse: Sequence[PlanItem], records: Iterable[MeasurementRecord]
+) -> list[PlanItem]:
     """Refinement items, crossover points first (stable order within each class)."""
     won = winners(records)
     flagged = [(not informative(i, coarse, won), n) for n, i in enumerate(refine)]

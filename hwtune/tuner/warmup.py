@@ -30,11 +30,14 @@ def _small(w: AttentionWorkload) -> AttentionWorkload:
     page = w.spec.block_size
     ctx = max(2 * page, min(w.context_len, 4 * page) if w.phase == "decode" else w.query_len + page)
     q = w.query_len if w.phase == "decode" else min(w.query_len, 64)
-    return replace(w, batch=2 if w.phase != "mixed" else 3, context_len=max(ctx, q + page), query_len=q,
-                   context_lens=None)
+    return replace(
+        w, batch=2 if w.phase != "mixed" else 3, context_len=max(ctx, q + page), query_len=q, context_lens=None
+    )
 
 
-def jobs(plan: Plan, profile: DeviceProfile, backends: tuple[str, ...] | None) -> list[tuple[AttentionWorkload, Planned]]:
+def jobs(
+    plan: Plan, profile: DeviceProfile, backends: tuple[str, ...] | None
+) -> list[tuple[AttentionWorkload, Planned]]:
     """One small job per (spec, phase, backend, tactic) the plan will run."""
     seen: set[tuple] = set()
     out = []
@@ -50,8 +53,14 @@ def jobs(plan: Plan, profile: DeviceProfile, backends: tuple[str, ...] | None) -
     return out
 
 
-def warm_up(plan: Plan, profile: DeviceProfile, backends: tuple[str, ...] | None, *, parallel: int = 4,
-            progress: Callable[[str, int, int, str], None] | None = None) -> dict[str, float]:
+def warm_up(
+    plan: Plan,
+    profile: DeviceProfile,
+    backends: tuple[str, ...] | None,
+    *,
+    parallel: int = 4,
+    progress: Callable[[str, int, int, str], None] | None = None,
+) -> dict[str, float]:
     """Compile every variant the plan needs; returns the longest compile time per backend/tactic."""
     todo = jobs(plan, profile, backends)
     if not todo:
@@ -63,8 +72,9 @@ def warm_up(plan: Plan, profile: DeviceProfile, backends: tuple[str, ...] | None
         out = []
         with WorkerPool() as pool:
             for w, c in chunk:
-                [rec] = measure_attention(w, [c], device="cuda", profile=profile, timing=_TINY, timeout_s=900,
-                                          pool=pool)
+                [rec] = measure_attention(
+                    w, [c], device="cuda", profile=profile, timing=_TINY, timeout_s=900, pool=pool
+                )
                 out.append((f"{c.backend}/{c.tactic}", rec.compile_time_s))
         return out
 

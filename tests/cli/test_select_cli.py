@@ -33,15 +33,27 @@ def test_sm100_ranks_flashinfer_first_cli() -> None:
 
 
 def test_dcp_request_exit_3_with_message() -> None:
-    res = run("select", "attention", *HEADS, "--device", "sm90", "--assume-installed", "--dcp", "2",
-              "--backend", "TORCH_SDPA")
+    res = run(
+        "select", "attention", *HEADS, "--device", "sm90", "--assume-installed", "--dcp", "2", "--backend", "TORCH_SDPA"
+    )
     assert res.exit_code == 3
     assert "run without DCP (--dcp 1)" in res.stderr and "Traceback" not in res.output
 
 
 def test_json_error_object_on_stdout() -> None:
-    res = run("select", "attention", *HEADS, "--device", "sm90", "--assume-installed", "--dcp", "2",
-              "--backend", "TORCH_SDPA", "--json")
+    res = run(
+        "select",
+        "attention",
+        *HEADS,
+        "--device",
+        "sm90",
+        "--assume-installed",
+        "--dcp",
+        "2",
+        "--backend",
+        "TORCH_SDPA",
+        "--json",
+    )
     assert res.exit_code == 3
     err = json.loads(res.stdout)["error"]
     assert err["type"] == "BackendNotValidError" and err["valid"] == ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"]
@@ -68,8 +80,17 @@ def test_bad_input_exit_2_one_line(args: list[str], words: str) -> None:
 
 
 def test_all2all_wrong_quant_names_nvfp4() -> None:
-    res = run("select", "all2all", "--device", "b200", "--assume-installed", "--quant-dtype", "bf16",
-              "--backend", "flashinfer_nvlink_one_sided")
+    res = run(
+        "select",
+        "all2all",
+        "--device",
+        "b200",
+        "--assume-installed",
+        "--quant-dtype",
+        "bf16",
+        "--backend",
+        "flashinfer_nvlink_one_sided",
+    )
     assert res.exit_code == 3
     assert "accepts only nvfp4 activations" in res.stderr and "--quant-dtype nvfp4" in res.stderr
 
@@ -98,8 +119,11 @@ def test_backends_json_and_probe_json() -> None:
 def test_console_script_and_module_entry_points() -> None:
     out = subprocess.run([sys.executable, "-m", "hwtune", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip()
-    out = subprocess.run([sys.executable, "-m", "hwtune", "select", "attention", *HEADS, "--device", "cpu",
-                          "--json"], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "hwtune", "select", "attention", *HEADS, "--device", "cpu", "--json"],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0 and json.loads(out.stdout)["backend"] == "TORCH_SDPA"
 
 

@@ -23,13 +23,29 @@ ALL = catalogue.backends("attention") + catalogue.backends("all2all")
 
 def test_names_match_the_engines() -> None:
     assert catalogue.names("attention") == [
-        "FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION", "TURBOQUANT", "TORCH_SDPA",
-        "FLASHINFER_MLA", "TRITON_MLA", "CUTLASS_MLA", "FLASHMLA",
+        "FLASHINFER",
+        "FLASH_ATTN",
+        "TRITON_ATTN",
+        "FLEX_ATTENTION",
+        "TURBOQUANT",
+        "TORCH_SDPA",
+        "FLASHINFER_MLA",
+        "TRITON_MLA",
+        "CUTLASS_MLA",
+        "FLASHMLA",
     ]
-    assert sorted(catalogue.names("all2all")) == sorted([
-        "naive", "allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency",
-        "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided", "pplx", "nccl_alltoallv",
-    ])
+    assert sorted(catalogue.names("all2all")) == sorted(
+        [
+            "naive",
+            "allgather_reducescatter",
+            "deepep_high_throughput",
+            "deepep_low_latency",
+            "flashinfer_nvlink_one_sided",
+            "flashinfer_nvlink_two_sided",
+            "pplx",
+            "nccl_alltoallv",
+        ]
+    )
 
 
 @pytest.mark.parametrize("backend", ALL, ids=lambda b: b.name)
@@ -93,8 +109,11 @@ def test_sdpa_flex_and_triton_lse() -> None:
 
 
 def test_turboquant_is_the_only_backend_with_turboquant_dtypes() -> None:
-    owners = [b.name for b in catalogue.backends("attention")
-              if {"turboquant_4bit", "turboquant_8bit"} & set(b.rules.kv_cache_dtypes)]
+    owners = [
+        b.name
+        for b in catalogue.backends("attention")
+        if {"turboquant_4bit", "turboquant_8bit"} & set(b.rules.kv_cache_dtypes)
+    ]
     assert owners == ["TURBOQUANT"]
 
 
@@ -125,8 +144,15 @@ def test_no_attention_backend_accepts_a_dtype_outside_its_allowlist() -> None:
         for kv in sorted(set(KV_CACHE_DTYPE_ALIASES.values())):
             for dtype in sorted(set(DTYPE_ALIASES.values())):
                 for device in DEVICES:
-                    spec = AttentionSpec(16, 1 if mla else 8, 576 if mla else 128, dtype=dtype, kv_cache_dtype=kv,
-                                         block_size=128 if backend.name == "CUTLASS_MLA" else 64, use_mla=mla)
+                    spec = AttentionSpec(
+                        16,
+                        1 if mla else 8,
+                        576 if mla else 128,
+                        dtype=dtype,
+                        kv_cache_dtype=kv,
+                        block_size=128 if backend.name == "CUTLASS_MLA" else 64,
+                        use_mla=mla,
+                    )
                     codes = {r.code for r in check(backend, spec, device, assume_installed=True)}
                     too_old = kv in min_cc and device.compute_capability < min_cc[kv]
                     case = (backend.name, kv, dtype, device.name)
@@ -145,8 +171,10 @@ def test_unknown_kv_dtype_strings_are_rejected_by_every_backend(backend, junk) -
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)
-@given(backend=st.sampled_from(catalogue.backends("all2all")),
-       quant=st.sampled_from(sorted(set(QUANT_DTYPE_ALIASES.values()))))
+@given(
+    backend=st.sampled_from(catalogue.backends("all2all")),
+    quant=st.sampled_from(sorted(set(QUANT_DTYPE_ALIASES.values()))),
+)
 def test_no_all2all_backend_accepts_a_quant_dtype_outside_its_allowlist(backend, quant) -> None:
     spec = All2AllSpec(ep_size=8, num_experts=64, topk=4, hidden_size=4096, quant_dtype=quant)
     codes = {r.code for r in check(backend, spec, simulated("sm100"), assume_installed=True)}

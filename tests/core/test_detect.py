@@ -66,12 +66,23 @@ def test_no_driver_gives_cpu_profile(monkeypatch: pytest.MonkeyPatch) -> None:
         devmod.detect.cache_clear()
 
 
-@pytest.mark.parametrize("name, cc, family", [
-    ("sm80", (8, 0), "ampere_hopper"), ("sm86", (8, 6), "ampere_hopper"), ("sm89", (8, 9), "ampere_hopper"),
-    ("sm90", (9, 0), "ampere_hopper"), ("sm100", (10, 0), "blackwell"), ("sm103", (10, 3), "blackwell"),
-    ("sm120", (12, 0), "blackwell_consumer"), ("a100", (8, 0), "ampere_hopper"), ("h200", (9, 0), "ampere_hopper"),
-    ("gb200", (10, 0), "blackwell"), ("rtx5090", (12, 0), "blackwell_consumer"), ("B200", (10, 0), "blackwell"),
-])
+@pytest.mark.parametrize(
+    "name, cc, family",
+    [
+        ("sm80", (8, 0), "ampere_hopper"),
+        ("sm86", (8, 6), "ampere_hopper"),
+        ("sm89", (8, 9), "ampere_hopper"),
+        ("sm90", (9, 0), "ampere_hopper"),
+        ("sm100", (10, 0), "blackwell"),
+        ("sm103", (10, 3), "blackwell"),
+        ("sm120", (12, 0), "blackwell_consumer"),
+        ("a100", (8, 0), "ampere_hopper"),
+        ("h200", (9, 0), "ampere_hopper"),
+        ("gb200", (10, 0), "blackwell"),
+        ("rtx5090", (12, 0), "blackwell_consumer"),
+        ("B200", (10, 0), "blackwell"),
+    ],
+)
 def test_simulated_profiles(name: str, cc: tuple[int, int], family: str) -> None:
     d = simulated(name)
     assert d.compute_capability == cc and d.family == family and d.simulated

@@ -21,8 +21,10 @@ def test_dtype_spellings_normalise_to_one_key() -> None:
         (dict(num_heads=32, num_kv_heads=8, head_size=128, kv_layout="XYZ"), "unknown kv layout"),
         (dict(num_heads=32, num_kv_heads=8, head_size=128, spec_tokens=-1), "spec_tokens"),
         (dict(num_heads=32, num_kv_heads=8, head_size=128, logits_soft_cap=float("nan")), "soft_cap"),
-        (dict(num_heads=16, num_kv_heads=1, head_size=500, use_mla=True, kv_lora_rank=512,
-              qk_rope_head_dim=64), "kv_lora_rank + qk_rope_head_dim = 576"),
+        (
+            dict(num_heads=16, num_kv_heads=1, head_size=500, use_mla=True, kv_lora_rank=512, qk_rope_head_dim=64),
+            "kv_lora_rank + qk_rope_head_dim = 576",
+        ),
     ],
 )
 def test_bad_attention_specs_say_what_is_wrong(kwargs: dict, words: str) -> None:

@@ -11,8 +11,15 @@ from hwtune.core.environment import Environment, SoftwareStack
 from hwtune.core.records import LatencyStats, MeasurementRecord
 from hwtune.core.types import All2AllSpec, All2AllWorkload, AttentionSpec, AttentionWorkload
 
-STACK = SoftwareStack(torch="2.11.0+cu130", cuda_runtime="13.0", triton="3.6.0", flashinfer="0.6.18.post1",
-                      cudnn="9.10", nccl="2.27.3", hwtune="0.1.0")
+STACK = SoftwareStack(
+    torch="2.11.0+cu130",
+    cuda_runtime="13.0",
+    triton="3.6.0",
+    flashinfer="0.6.18.post1",
+    cudnn="9.10",
+    nccl="2.27.3",
+    hwtune="0.1.0",
+)
 H100 = Environment(simulated("h100"), STACK)
 B200 = Environment(simulated("b200"), STACK)
 SPEC = AttentionSpec(num_heads=32, num_kv_heads=8, head_size=128)
@@ -21,35 +28,82 @@ A2A = All2AllSpec(ep_size=8, num_experts=256, topk=8, hidden_size=7168, quant_dt
 T0 = _dt.datetime(2026, 11, 20, 12, 0, 0, 123456, tzinfo=_dt.timezone.utc)
 
 
-def attention(spec: AttentionSpec = SPEC, batch: int = 8, context: int = 2048, backend: str = "FLASH_ATTN",
-              tactic: str = "fa3", *, env: Environment = H100, run_id: str | None = "run-1",
-              status: str = "ok", median: float = 40.0, seq: int = 0, phase: str = "decode",
-              **extra_fields: Any) -> MeasurementRecord:
-    wl = AttentionWorkload(spec, phase, batch, context) if phase != "prefill" else \
-        AttentionWorkload(spec, "prefill", batch, context, query_len=min(context, 512))
-    stats = LatencyStats(median_us=median, p10_us=median * 0.95, p90_us=median * 1.1, mean_us=median * 1.01,
-                         n=200, spread=0.15, ci95_rel=0.01) if status == "ok" else None
+def attention(
+    spec: AttentionSpec = SPEC,
+    batch: int = 8,
+    context: int = 2048,
+    backend: str = "FLASH_ATTN",
+    tactic: str = "fa3",
+    *,
+    env: Environment = H100,
+    run_id: str | None = "run-1",
+    status: str = "ok",
+    median: float = 40.0,
+    seq: int = 0,
+    phase: str = "decode",
+    **extra_fields: Any,
+) -> MeasurementRecord:
+    wl = (
+        AttentionWorkload(spec, phase, batch, context)
+        if phase != "prefill"
+        else AttentionWorkload(spec, "prefill", batch, context, query_len=min(context, 512))
+    )
+    stats = (
+        LatencyStats(
+            median_us=median,
+            p10_us=median * 0.95,
+            p90_us=median * 1.1,
+            mean_us=median * 1.01,
+            n=200,
+            spread=0.15,
+            ci95_rel=0.01,
+        )
+        if status == "ok"
+        else None
+    )
     fields: dict[str, Any] = dict(
-        kind="attention", workload=wl.to_dict(), workload_key=wl.key(), backend=backend, tactic=tactic,
-        status=status, stats=stats, environment=env.fingerprint(), environment_hash=env.hash(),
-        run_id=run_id, host="node-07", gpu_uuid="GPU-1234", timing_method="cuda_graph",
-        compile_time_s=1.25, created_at=T0 + _dt.timedelta(seconds=seq),
+        kind="attention",
+        workload=wl.to_dict(),
+        workload_key=wl.key(),
+        backend=backend,
+        tactic=tactic,
+        status=status,
+        stats=stats,
+        environment=env.fingerprint(),
+        environment_hash=env.hash(),
+        run_id=run_id,
+        host="node-07",
+        gpu_uuid="GPU-1234",
+        timing_method="cuda_graph",
+        compile_time_s=1.25,
+        created_at=T0 + _dt.timedelta(seconds=seq),
         error={"max_abs": 0.0078125, "max_rel": 0.001} if status == "ok" else None,
-        message="" if status == "ok" else f"{status} in worker", extra={"seq": seq},
+        message="" if status == "ok" else f"{status} in worker",
+        extra={"seq": seq},
     )
     fields.update(extra_fields)
     return MeasurementRecord(**fields)
 
 
-def all2all(tokens: int = 128, backend: str = "deepep_low_latency", *, run_id: str | None = None,
-            seq: int = 0) -> MeasurementRecord:
+def all2all(
+    tokens: int = 128, backend: str = "deepep_low_latency", *, run_id: str | None = None, seq: int = 0
+) -> MeasurementRecord:
     wl = All2AllWorkload(A2A, tokens)
     return MeasurementRecord(
-        kind="all2all", workload=wl.to_dict(), workload_key=wl.key(), backend=backend, tactic="default",
-        status="ok", stats=LatencyStats.from_samples([10.0 + i for i in range(11)], ci95_rel=0.02),
-        environment=B200.fingerprint(), environment_hash=B200.hash(), run_id=run_id, host="node-b",
+        kind="all2all",
+        workload=wl.to_dict(),
+        workload_key=wl.key(),
+        backend=backend,
+        tactic="default",
+        status="ok",
+        stats=LatencyStats.from_samples([10.0 + i for i in range(11)], ci95_rel=0.02),
+        environment=B200.fingerprint(),
+        environment_hash=B200.hash(),
+        run_id=run_id,
+        host="node-b",
         created_at=_dt.datetime(2026, 11, 20, 14, 0, tzinfo=_dt.timezone(_dt.timedelta(hours=2))),
-        timing_method="events", extra={"nested": {"list": [1, 2.5, "x"]}},
+        timing_method="events",
+        extra={"nested": {"list": [1, 2.5, "x"]}},
     )
 
 
@@ -57,10 +111,26 @@ def variety() -> list[MeasurementRecord]:
     """Every kind of record: ok, failed statuses, NaN/inf errors, no run, another env, all2all, prefill."""
     out = [attention(batch=b, context=c, seq=i) for i, (b, c) in enumerate([(1, 512), (8, 2048), (64, 8192)])]
     out.append(attention(backend="FLASHINFER", tactic="fa2", median=45.5, seq=10))
-    out.append(attention(backend="TRITON_ATTN", tactic="default", status="wrong_answer", seq=11,
-                         error={"max_abs": math.nan, "max_rel": math.inf, "neg": -math.inf}))
-    out.append(attention(backend="FLEX_ATTENTION", tactic="default", status="crashed", seq=12, error=None,
-                         message="CUDA error: an illegal memory access was encountered", compile_time_s=None))
+    out.append(
+        attention(
+            backend="TRITON_ATTN",
+            tactic="default",
+            status="wrong_answer",
+            seq=11,
+            error={"max_abs": math.nan, "max_rel": math.inf, "neg": -math.inf},
+        )
+    )
+    out.append(
+        attention(
+            backend="FLEX_ATTENTION",
+            tactic="default",
+            status="crashed",
+            seq=12,
+            error=None,
+            message="CUDA error: an illegal memory access was encountered",
+            compile_time_s=None,
+        )
+    )
     out.append(attention(spec=SPEC_FP8, backend="FLASHINFER", tactic="trtllm-gen", status="timeout", seq=13))
     out.append(attention(run_id=None, seq=14, gpu_uuid=None, timing_method=None, extra={}))
     out.append(attention(env=B200, phase="prefill", batch=2, context=4096, seq=15))

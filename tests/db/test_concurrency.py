@@ -26,8 +26,7 @@ CTX = mp.get_context("fork")  # fork also exercises the engine's at-fork disposa
 
 def _records(worker: int, n: int, start: int = 0) -> list[MeasurementRecord]:
     # Every worker shares the same workloads (get-or-create races) but has its own run id (distinct rows).
-    return [attention(batch=1 + i, context=4096, run_id=f"proc-{worker}", seq=i)
-            for i in range(start, start + n)]
+    return [attention(batch=1 + i, context=4096, run_id=f"proc-{worker}", seq=i) for i in range(start, start + n)]
 
 
 def _writer(url: str, worker: int, barrier: Any, errors: Any) -> None:
@@ -36,7 +35,7 @@ def _writer(url: str, worker: int, barrier: Any, errors: Any) -> None:
         with Store.open(url) as store:  # all open a fresh store at once: creation runs under the lock
             records = _records(worker, PER_PROC)
             for i in range(0, PER_PROC, BATCH):
-                store.write(records[i:i + BATCH])
+                store.write(records[i : i + BATCH])
     except BaseException:  # noqa: BLE001 - reported to the parent, which fails the test
         errors.put(f"worker {worker}: {traceback.format_exc()}")
         os._exit(1)
@@ -148,8 +147,7 @@ def test_sigkill_at_a_random_moment(tmp_path: Path) -> None:
 
 def _concurrent_upgrades(url: str, n: int = 4) -> None:
     cmd = [sys.executable, "-m", "hwtune", "db", "upgrade", "--db", url, "--json"]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(n)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0] * n, [err for _, err in outs]
     results = [json.loads(out) for out, _ in outs]

@@ -52,16 +52,51 @@ def test_upgrade_from_previous_revision_keeps_data(store_url: str) -> None:
         tables = sa.MetaData()
         tables.reflect(conn)
         assert "work_items" not in tables.tables
-        env = conn.execute(sa.insert(tables.tables["environments"]).values(
-            hash=rec.environment_hash, fingerprint=rec.environment, device_name="NVIDIA H100 80GB HBM3",
-            created_at=_dt.datetime(2026, 1, 1)).returning(sa.column("id"))).scalar_one()
-        wl = conn.execute(sa.insert(tables.tables["workloads"]).values(
-            kind="attention", key=rec.workload_key, spec_key="s", normalized=rec.workload, phase="decode",
-            batch=8, context_len=2048, query_len=1).returning(sa.column("id"))).scalar_one()
-        conn.execute(sa.insert(tables.tables["measurements"]).values(
-            environment_id=env, workload_id=wl, backend="FLASH_ATTN", tactic="fa3", status="ok", message="",
-            median_us=40.0, p10_us=38.0, p90_us=44.0, mean_us=40.4, n=200, spread=0.15, host="node-07",
-            run_id="old", hwtune_version="0.0.9", created_at=_dt.datetime(2026, 1, 1), extra={}))
+        env = conn.execute(
+            sa.insert(tables.tables["environments"])
+            .values(
+                hash=rec.environment_hash,
+                fingerprint=rec.environment,
+                device_name="NVIDIA H100 80GB HBM3",
+                created_at=_dt.datetime(2026, 1, 1),
+            )
+            .returning(sa.column("id"))
+        ).scalar_one()
+        wl = conn.execute(
+            sa.insert(tables.tables["workloads"])
+            .values(
+                kind="attention",
+                key=rec.workload_key,
+                spec_key="s",
+                normalized=rec.workload,
+                phase="decode",
+                batch=8,
+                context_len=2048,
+                query_len=1,
+            )
+            .returning(sa.column("id"))
+        ).scalar_one()
+        conn.execute(
+            sa.insert(tables.tables["measurements"]).values(
+                environment_id=env,
+                workload_id=wl,
+                backend="FLASH_ATTN",
+                tactic="fa3",
+                status="ok",
+                message="",
+                median_us=40.0,
+                p10_us=38.0,
+                p90_us=44.0,
+                mean_us=40.4,
+                n=200,
+                spread=0.15,
+                host="node-07",
+                run_id="old",
+                hwtune_version="0.0.9",
+                created_at=_dt.datetime(2026, 1, 1),
+                extra={},
+            )
+        )
     engine.dispose()
 
     with pytest.raises(StoreOutdatedError, match=r"revision 0001; this hwtune needs 0002. Run `hwtune db up"):

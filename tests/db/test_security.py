@@ -69,11 +69,13 @@ def test_status_masks_the_password(pg_database: str) -> None:
 
 
 def test_network_filesystems_are_refused(tmp_path: Path) -> None:
-    mounts = ("/dev/sda1 / ext4 rw 0 0\n"
-              "server:/export /mnt/nfs nfs4 rw,relatime 0 0\n"
-              "//nas/share /mnt/smb cifs rw 0 0\n"
-              "user@h:/x /mnt/my\\040ssh fuse.sshfs rw 0 0\n"
-              "/dev/sdb1 /mnt/nfs/local ext4 rw 0 0\n")
+    mounts = (
+        "/dev/sda1 / ext4 rw 0 0\n"
+        "server:/export /mnt/nfs nfs4 rw,relatime 0 0\n"
+        "//nas/share /mnt/smb cifs rw 0 0\n"
+        "user@h:/x /mnt/my\\040ssh fuse.sshfs rw 0 0\n"
+        "/dev/sdb1 /mnt/nfs/local ext4 rw 0 0\n"
+    )
     assert filesystem_type(Path("/mnt/nfs/a/hwtune.db"), mounts) == "nfs4"
     assert filesystem_type(Path("/mnt/nfs/local/hwtune.db"), mounts) == "ext4"  # a local disk mounted inside
     assert filesystem_type(Path("/mnt/my ssh/h.db"), mounts) == "fuse.sshfs"

@@ -25,8 +25,7 @@ def test_write_then_read_preserves_every_field(store_url: str) -> None:
     assert math.isnan(wrong.error["max_abs"]) and wrong.error["max_rel"] == math.inf  # type: ignore[index]
     assert wrong.error["neg"] == -math.inf  # type: ignore[index]
     assert all(r.created_at.tzinfo is not None for r in got)
-    assert next(r for r in got if r.kind == "all2all" and r.run_id is None).extra == {
-        "nested": {"list": [1, 2.5, "x"]}}
+    assert next(r for r in got if r.kind == "all2all" and r.run_id is None).extra == {"nested": {"list": [1, 2.5, "x"]}}
 
 
 def test_write_is_idempotent_and_updates_a_rerun(store_url: str) -> None:
@@ -67,7 +66,8 @@ def test_filters(store_url: str) -> None:
         store.write(records)
         by_spec = store.measurements(spec_key=SPEC.key())
         assert {r.workload_key for r in by_spec} == {
-            r.workload_key for r in records if r.kind == "attention" and r.workload["spec"] == SPEC.to_dict()}
+            r.workload_key for r in records if r.kind == "attention" and r.workload["spec"] == SPEC.to_dict()
+        }
         assert len(store.measurements(spec_key=SPEC_FP8.key())) == 1
         assert len(store.measurements("all2all")) == 2
         on_b200 = store.measurements(environment_hash=B200.hash())
@@ -75,11 +75,16 @@ def test_filters(store_url: str) -> None:
         assert len(store.measurements(environment_hash=H100.hash())) == 8
         assert len(store.measurements(environment_hash="0" * 32)) == 0
         assert {r.status for r in store.measurements(statuses=["crashed", "wrong_answer"])} == {
-            "crashed", "wrong_answer"}
+            "crashed",
+            "wrong_answer",
+        }
         key = records[1].workload_key
         assert {(r.backend, r.tactic) for r in store.measurements(workload_keys=[key])} == {
-            ("FLASH_ATTN", "fa3"), ("FLASHINFER", "fa2"), ("TRITON_ATTN", "default"),
-            ("FLEX_ATTENTION", "default")}
+            ("FLASH_ATTN", "fa3"),
+            ("FLASHINFER", "fa2"),
+            ("TRITON_ATTN", "default"),
+            ("FLEX_ATTENTION", "default"),
+        }
         assert len(store.measurements(limit=3)) == 3
         assert store.measurements(backend="naive")[0].kind == "all2all"
 
@@ -184,7 +189,8 @@ def test_latencies_is_the_lean_view_of_measurements(store_url: str) -> None:
         rows = store.latencies(SPEC.key(), environment_hash=H100.hash())
         full = store.measurements(spec_key=SPEC.key(), environment_hash=H100.hash())
         assert [(r.workload_key, r.backend, r.tactic, r.status) for r in rows] == [
-            (r.workload_key, r.backend, r.tactic, r.status) for r in full]
+            (r.workload_key, r.backend, r.tactic, r.status) for r in full
+        ]
         ok = next(r for r in rows if r.status == "ok" and r.batch == 64)
         assert (ok.phase, ok.context_len, ok.query_len, ok.median_us, ok.n) == ("decode", 8192, 1, 40.0, 200)
         assert ok.created_at.tzinfo is not None and ok.run_id == "run-1"
@@ -198,8 +204,9 @@ def test_sqlite_lookups_use_the_indexes(sqlite_url: str) -> None:
     with Store.open(sqlite_url) as store:
         store.write(variety())
         captured: list[tuple[str, object]] = []
-        sa.event.listen(store.engine, "before_cursor_execute",
-                        lambda conn, cur, stmt, params, *a: captured.append((stmt, params)))
+        sa.event.listen(
+            store.engine, "before_cursor_execute", lambda conn, cur, stmt, params, *a: captured.append((stmt, params))
+        )
         store.measurements(workload_keys=[attention().workload_key], environment_hash=H100.hash())
         store.measurements(spec_key=SPEC.key(), environment_hash=H100.hash())
         store.latencies(SPEC.key(), environment_hash=H100.hash())

@@ -62,8 +62,17 @@ def _bad_file() -> tuple[str, dict[int, str]]:
         "wrong key": {**base, "workload_key": "0" * 32},
         "bool count": {**base, "stats": {**base["stats"], "n": True}},
     }
-    lines = [json.dumps({"format": "hwtune-measurements", "version": 1, "exported_at": "x",
-                         "hwtune_version": "0.1.0", "count": 3 + len(variants) + 2})]
+    lines = [
+        json.dumps(
+            {
+                "format": "hwtune-measurements",
+                "version": 1,
+                "exported_at": "x",
+                "hwtune_version": "0.1.0",
+                "count": 3 + len(variants) + 2,
+            }
+        )
+    ]
     lines += good
     expected: dict[int, str] = {}
     for what, obj in variants.items():
@@ -102,10 +111,12 @@ def test_bad_lines_skipped_with_line_numbers(store_url: str) -> None:
 def test_header_problems_always_abort(sqlite_url: str) -> None:
     line = record_line(attention())
     with Store.open(sqlite_url) as store:
-        for header, why in [("", "not a JSON header"),
-                            ('{"format": "csv"}', "not an hwtune measurements file"),
-                            ('{"format": "hwtune-measurements", "version": 2, "count": 1}', "version 2"),
-                            ('{"format": "hwtune-measurements", "version": 1, "count": -1}', "non-negative")]:
+        for header, why in [
+            ("", "not a JSON header"),
+            ('{"format": "csv"}', "not an hwtune measurements file"),
+            ('{"format": "hwtune-measurements", "version": 2, "count": 1}', "version 2"),
+            ('{"format": "hwtune-measurements", "version": 1, "count": -1}', "non-negative"),
+        ]:
             with pytest.raises(StoreDataError, match=why):
                 import_jsonl(store, io.StringIO(header + "\n" + line + "\n"), on_error="skip")
 

@@ -55,18 +55,24 @@ def build(p: Problem, device: str, seed: int = 0) -> dict:
     table = torch.zeros(len(p.seq_lens), max(pages) + 2, dtype=torch.int32)
     used = 0
     for r, n in enumerate(pages):
-        table[r, :n] = perm[used:used + n].int()
+        table[r, :n] = perm[used : used + n].int()
         used += n
     if p.poison_tail:
         for r, (n, s) in enumerate(zip(pages, p.seq_lens)):
             tail = kv[int(table[r, n - 1])]  # [2, page, heads, D] (NHD) or [2, heads, page, D] (HND)
-            (tail[:, s - (n - 1) * p.page_size:] if p.layout == "NHD"
-             else tail[:, :, s - (n - 1) * p.page_size:]).fill_(float("nan"))
+            (
+                tail[:, s - (n - 1) * p.page_size :] if p.layout == "NHD" else tail[:, :, s - (n - 1) * p.page_size :]
+            ).fill_(float("nan"))
     qsl = torch.tensor([0, *torch.tensor(p.q_lens).cumsum(0).tolist()], dtype=torch.int32)
     num_tokens = int(qsl[-1]) + p.pad_tokens
     q = torch.randn(num_tokens, p.num_heads, p.head_size, generator=g).to(p.dtype)
-    return {"q": q.to(device), "kv": kv.to(device), "block_table": table.to(device),
-            "seq_lens": torch.tensor(p.seq_lens, dtype=torch.int32, device=device), "qsl": qsl.to(device)}
+    return {
+        "q": q.to(device),
+        "kv": kv.to(device),
+        "block_table": table.to(device),
+        "seq_lens": torch.tensor(p.seq_lens, dtype=torch.int32, device=device),
+        "qsl": qsl.to(device),
+    }
 
 
 def _config(p: Problem):
@@ -85,15 +91,37 @@ def run_triton(p: Problem, t: dict, *, seq_lens=None, block_table=None, workspac
     lse = torch.full(q.shape[:2], float("nan"), dtype=torch.float32, device=q.device)
     seq_lens = t["seq_lens"] if seq_lens is None else seq_lens
     block_table = t["block_table"] if block_table is None else block_table
-    paged_attention(q, t["kv"][:, 0], t["kv"][:, 1], block_table, seq_lens, t["qsl"],
-                    max_query_len=max(p.q_lens), max_seq_len=max(p.seq_lens), out=out, lse=lse,
-                    softmax_scale=p.head_size ** -0.5, kv_layout=p.layout, k_scale=p.k_scale, v_scale=p.v_scale,
-                    config=_config(p), workspace=workspace, kv_loads=p.kv_loads)
+    paged_attention(
+        q,
+        t["kv"][:, 0],
+        t["kv"][:, 1],
+        block_table,
+        seq_lens,
+        t["qsl"],
+        max_query_len=max(p.q_lens),
+        max_seq_len=max(p.seq_lens),
+        out=out,
+        lse=lse,
+        softmax_scale=p.head_size**-0.5,
+        kv_layout=p.layout,
+        k_scale=p.k_scale,
+        v_scale=p.v_scale,
+        config=_config(p),
+        workspace=workspace,
+        kv_loads=p.kv_loads,
+    )
     return out, lse
 
 
-def compare(p: Problem, out: torch.Tensor, lse: torch.Tensor, ref_out: torch.Tensor, ref_lse: torch.Tensor,
-            *, lse_limit: float = 2e-3) -> Checks:
+def compare(
+    p: Problem,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    ref_out: torch.Tensor,
+    ref_lse: torch.Tensor,
+    *,
+    lse_limit: float = 2e-3,
+) -> Checks:
     atol, rtol = _tolerance(p.dtype)
     n = sum(p.q_lens)  # rows past it are CUDA-graph padding
     o = out[:n].float()
@@ -112,9 +140,18 @@ def compare(p: Problem, out: torch.Tensor, lse: torch.Tensor, ref_out: torch.Ten
 def check_triton(p: Problem, device: str) -> Checks:
     t = build(p, device)
     out, lse = run_triton(p, t)
-    ref_out, ref_lse = paged_attention_ref(t["q"], t["kv"][:, 0], t["kv"][:, 1], t["block_table"], t["seq_lens"],
-                                           t["qsl"], softmax_scale=p.head_size ** -0.5, kv_layout=p.layout,
-                                           k_scale=p.k_scale, v_scale=p.v_scale)
+    ref_out, ref_lse = paged_attention_ref(
+        t["q"],
+        t["kv"][:, 0],
+        t["kv"][:, 1],
+        t["block_table"],
+        t["seq_lens"],
+        t["qsl"],
+        softmax_scale=p.head_size**-0.5,
+        kv_layout=p.layout,
+        k_scale=p.k_scale,
+        v_scale=p.v_scale,
+    )
     return compare(p, out, lse, ref_out, ref_lse)
 
 
@@ -134,7 +171,7 @@ def check_dcp_merge(p: Problem, device: str, *, turboquant_bits: int | None = No
         assert 0 < cut < s, "each request needs KV on both sides of the cut"
         halves[0].append((t["block_table"][r], cut))
         shifted = torch.zeros_like(t["block_table"][r])
-        shifted[: t["block_table"].shape[1] - cut // p.page_size] = t["block_table"][r, cut // p.page_size:]
+        shifted[: t["block_table"].shape[1] - cut // p.page_size] = t["block_table"][r, cut // p.page_size :]
         halves[1].append((shifted, s - cut))
     runs = []
     for half in halves:
@@ -162,10 +199,12 @@ def check_metadata_change(p: Problem, device: str) -> Checks:
     g = torch.Generator().manual_seed(7)
     n = len(p.q_lens)
     q_lens = tuple(reversed(p.q_lens))
-    seq_lens = tuple(max(ql, s - int(torch.randint(0, p.page_size, (1,), generator=g)))
-                     for ql, s in zip(q_lens, p.seq_lens))
-    seq_lens = tuple(max(s, (math.ceil(old / p.page_size) - 1) * p.page_size + 1)
-                     for s, old in zip(seq_lens, p.seq_lens))  # same page count per request
+    seq_lens = tuple(
+        max(ql, s - int(torch.randint(0, p.page_size, (1,), generator=g))) for ql, s in zip(q_lens, p.seq_lens)
+    )
+    seq_lens = tuple(
+        max(s, (math.ceil(old / p.page_size) - 1) * p.page_size + 1) for s, old in zip(seq_lens, p.seq_lens)
+    )  # same page count per request
     p2 = replace(p, q_lens=q_lens, seq_lens=seq_lens)
     t["seq_lens"].copy_(torch.tensor(seq_lens, dtype=torch.int32))
     t["qsl"].copy_(torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32))
@@ -173,8 +212,16 @@ def check_metadata_change(p: Problem, device: str) -> Checks:
     row[0], row[1] = row[1].clone(), row[0].clone()
     t["q"].copy_(torch.randn(t["q"].shape, generator=g).to(p.dtype))
     out, lse = run_triton(p2, t)
-    ref_out, ref_lse = paged_attention_ref(t["q"], t["kv"][:, 0], t["kv"][:, 1], t["block_table"], t["seq_lens"],
-                                           t["qsl"], softmax_scale=p.head_size ** -0.5, kv_layout=p.layout)
+    ref_out, ref_lse = paged_attention_ref(
+        t["q"],
+        t["kv"][:, 0],
+        t["kv"][:, 1],
+        t["block_table"],
+        t["seq_lens"],
+        t["qsl"],
+        softmax_scale=p.head_size**-0.5,
+        kv_layout=p.layout,
+    )
     return compare(p2, out, lse, ref_out, ref_lse)
 
 
@@ -190,8 +237,9 @@ def tq_cache_from(p: Problem, t: dict, bits: int, *, outlier_channels: int = 0):
     k, v = kv[:, 0].clone(), kv[:, 1].clone()  # [blocks, page, heads, D]
     if outlier_channels:
         k[..., :outlier_channels] *= 20.0
-    cache = tq.allocate_cache(kv.shape[0], p.page_size, p.num_kv_heads, p.head_size, bits, t["q"].device,
-                              layout=p.layout)
+    cache = tq.allocate_cache(
+        kv.shape[0], p.page_size, p.num_kv_heads, p.head_size, bits, t["q"].device, layout=p.layout
+    )
     n = kv.shape[0] * p.page_size
     slots = torch.arange(n, device=t["q"].device)
     k_new = k.reshape(n, p.num_kv_heads, p.head_size).to(p.dtype)
@@ -209,10 +257,19 @@ def run_turboquant(p: Problem, t: dict, bits: int, *, seq_lens=None, block_table
     q = t["q"]
     out = torch.full_like(q, float("nan"))
     lse = torch.full(q.shape[:2], float("nan"), dtype=torch.float32, device=q.device)
-    tq.paged_attention(q, cache, t["block_table"] if block_table is None else block_table,
-                       t["seq_lens"] if seq_lens is None else seq_lens, t["qsl"], max_query_len=max(p.q_lens),
-                       max_seq_len=max(p.seq_lens), out=out, lse=lse, softmax_scale=p.head_size ** -0.5,
-                       config=_config(p))
+    tq.paged_attention(
+        q,
+        cache,
+        t["block_table"] if block_table is None else block_table,
+        t["seq_lens"] if seq_lens is None else seq_lens,
+        t["qsl"],
+        max_query_len=max(p.q_lens),
+        max_seq_len=max(p.seq_lens),
+        out=out,
+        lse=lse,
+        softmax_scale=p.head_size**-0.5,
+        config=_config(p),
+    )
     return out, lse
 
 
@@ -225,8 +282,9 @@ def check_turboquant(p: Problem, bits: int, device: str) -> Checks:
     t[("tq", bits)] = cache
     out, lse = run_turboquant(p, t, bits, cache=cache)
     k, v = tq.dequantize(cache)
-    ref_out, ref_lse = paged_attention_ref(t["q"], k, v, t["block_table"], t["seq_lens"], t["qsl"],
-                                           softmax_scale=p.head_size ** -0.5)
+    ref_out, ref_lse = paged_attention_ref(
+        t["q"], k, v, t["block_table"], t["seq_lens"], t["qsl"], softmax_scale=p.head_size**-0.5
+    )
     checks = compare(p, out, lse, ref_out, ref_lse, lse_limit=3e-3)
     # An error that is constant across lanes in the rotated space lands on output lane 0 after
     # un-rotation (H @ ones = D * e0); a rounding slip of that kind hides under the tolerance but shows here.
@@ -243,8 +301,9 @@ def check_turboquant_write(p: Problem, bits: int, device: str) -> Checks:
 
     t = build(p, device)
     cache, slots, k, v = tq_cache_from(p, t, bits)
-    ref = tq.allocate_cache(cache.k_codes.shape[0], p.page_size, p.num_kv_heads, p.head_size, bits, "cpu",
-                            layout=p.layout)
+    ref = tq.allocate_cache(
+        cache.k_codes.shape[0], p.page_size, p.num_kv_heads, p.head_size, bits, "cpu", layout=p.layout
+    )
     tq.write_reference(ref, k.cpu(), v.cpu(), slots.cpu())
     checks: Checks = {}
     for name in ("k", "v"):
@@ -266,8 +325,10 @@ def check_turboquant_write(p: Problem, bits: int, device: str) -> Checks:
     after, after_scale = _by_slot(cache.k_codes, p.layout), _by_slot(cache.k_scales, p.layout)
     idx = torch.arange(skip.numel(), device=skip.device)
     kept, written = idx[skip == -1], idx[skip >= 0]
-    checks["skipped_slots_modified"] = (float((after[kept] != before[kept]).sum()
-                                              + (after_scale[kept] != before_scale[kept]).sum()), 0.0)
+    checks["skipped_slots_modified"] = (
+        float((after[kept] != before[kept]).sum() + (after_scale[kept] != before_scale[kept]).sum()),
+        0.0,
+    )
     ratio = after_scale[written].float() / before_scale[written].float()
     checks["written_scale_ratio_error"] = (float((ratio - 4.0).abs().max()), 3e-3)
     return checks

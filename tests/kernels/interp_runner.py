@@ -64,6 +64,7 @@ def _record_program_orders() -> list[bool]:
             plan = plan_launch(*args, **kwargs)
             seen.append(plan.heads_fast)
             return plan
+
         return spy
 
     triton_attention.plan_launch = wrap(triton_attention.plan_launch)

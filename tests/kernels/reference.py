@@ -16,8 +16,19 @@ def gather_kv(cache: torch.Tensor, block_table_row: torch.Tensor, length: int, k
     return blocks.reshape(n_pages * page, *blocks.shape[2:])[:length]
 
 
-def paged_attention_ref(q, k_cache, v_cache, block_table, seq_lens, query_start_loc, *, softmax_scale,
-                        kv_layout="NHD", k_scale=1.0, v_scale=1.0):
+def paged_attention_ref(
+    q,
+    k_cache,
+    v_cache,
+    block_table,
+    seq_lens,
+    query_start_loc,
+    *,
+    softmax_scale,
+    kv_layout="NHD",
+    k_scale=1.0,
+    v_scale=1.0,
+):
     """(out float32 [T, H, D], lse float32 [T, H], natural log) with the kernels' causal convention:
     query token i of request r sits at position seq_len - q_len + i."""
     num_tokens, num_heads, _ = q.shape

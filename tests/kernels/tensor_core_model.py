@@ -30,15 +30,16 @@ def _truncate_to_float32(x: np.ndarray) -> np.ndarray:
     return np.where(over, np.nextafter(y, np.float32(0.0)), y)
 
 
-def tensor_core_matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray, *, k_step: int = K_STEP,
-                       extra_bits: int = EXTRA_BITS) -> np.ndarray:
+def tensor_core_matmul(
+    a: np.ndarray, b: np.ndarray, c: np.ndarray, *, k_step: int = K_STEP, extra_bits: int = EXTRA_BITS
+) -> np.ndarray:
     """``c + a @ b`` in float32 for ``a`` [M, K] and ``b`` [K, N] holding float16/bfloat16 values (any
     float dtype), accumulated one ``k_step`` slice of K at a time as described in the module docstring."""
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     acc = c.astype(np.float32).astype(np.float64)
     for k0 in range(0, a64.shape[1], k_step):
         # products of two 11-bit (or 8-bit) significands are exact in float64
-        prods = a64[:, None, k0:k0 + k_step] * b64.T[None, :, k0:k0 + k_step]
+        prods = a64[:, None, k0 : k0 + k_step] * b64.T[None, :, k0 : k0 + k_step]
         terms = np.concatenate([acc[..., None], prods], axis=-1)
         _, exp = np.frexp(np.abs(terms).max(-1, keepdims=True))  # largest addend < 2**exp
         unit = np.ldexp(1.0, exp - 24 - extra_bits)  # lowest bit kept after alignment

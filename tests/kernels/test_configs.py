@@ -19,8 +19,16 @@ from hwtune.kernels.configs import (
 
 
 def _decode(**kw):
-    args = dict(phase="decode", batch=16, max_query_len=1, max_seq_len=8192, head_size=128, gqa_group=4,
-                num_sms=132, num_kv_heads=8)
+    args = dict(
+        phase="decode",
+        batch=16,
+        max_query_len=1,
+        max_seq_len=8192,
+        head_size=128,
+        gqa_group=4,
+        num_sms=132,
+        num_kv_heads=8,
+    )
     args.update(kw)
     return default_config(**args)
 
@@ -30,8 +38,10 @@ def test_name_is_short_and_distinct() -> None:
     assert TritonAttnConfig(64, None, 8, 3, block_m=128).name() == "n64-sauto-w8-st3-m128"
 
 
-@pytest.mark.parametrize("bad", [dict(block_n=48), dict(block_n=8), dict(num_splits=0), dict(num_warps=3),
-                                 dict(block_m=24), dict(num_stages=0)])
+@pytest.mark.parametrize(
+    "bad",
+    [dict(block_n=48), dict(block_n=8), dict(num_splits=0), dict(num_warps=3), dict(block_m=24), dict(num_stages=0)],
+)
 def test_config_rejects_invalid_fields(bad: dict) -> None:
     fields = dict(block_n=64, num_splits=1, num_warps=4, num_stages=2)
     fields.update(bad)
@@ -63,14 +73,38 @@ def test_splits_never_exceed_the_cap() -> None:
 
 
 def test_prefill_uses_big_query_tiles_and_no_split_when_the_grid_is_full() -> None:
-    cfg = default_config(phase="prefill", batch=4, max_query_len=4096, max_seq_len=4096, head_size=128,
-                         gqa_group=4, num_sms=132, num_kv_heads=8)
+    cfg = default_config(
+        phase="prefill",
+        batch=4,
+        max_query_len=4096,
+        max_seq_len=4096,
+        head_size=128,
+        gqa_group=4,
+        num_sms=132,
+        num_kv_heads=8,
+    )
     assert cfg.block_m == 128 and cfg.num_splits == 1 and cfg.num_warps == 8 and cfg.block_n == 128
-    big = default_config(phase="prefill", batch=1, max_query_len=4096, max_seq_len=4096, head_size=256,
-                         gqa_group=1, num_sms=132, num_kv_heads=8)
+    big = default_config(
+        phase="prefill",
+        batch=1,
+        max_query_len=4096,
+        max_seq_len=4096,
+        head_size=256,
+        gqa_group=1,
+        num_sms=132,
+        num_kv_heads=8,
+    )
     assert big.block_m == 64 and big.block_n == 32
-    small = default_config(phase="prefill", batch=1, max_query_len=4096, max_seq_len=4096, head_size=64,
-                           gqa_group=1, num_sms=132, num_kv_heads=16)
+    small = default_config(
+        phase="prefill",
+        batch=1,
+        max_query_len=4096,
+        max_seq_len=4096,
+        head_size=64,
+        gqa_group=1,
+        num_sms=132,
+        num_kv_heads=16,
+    )
     assert (small.block_m, small.block_n, small.num_warps, small.num_stages) == (64, 64, 4, 2)
 
 
@@ -84,10 +118,25 @@ def test_decode_block_m_holds_all_rows_of_a_request() -> None:
 @pytest.mark.parametrize("head_size", HEAD_SIZES)
 @pytest.mark.parametrize("phase,max_query_len", [("decode", 1), ("decode", 4), ("prefill", 4096)])
 def test_config_space_starts_with_auto_and_has_no_duplicates(head_size: int, phase: str, max_query_len: int) -> None:
-    space = config_space(phase=phase, head_size=head_size, batch=8, max_query_len=max_query_len,
-                         max_seq_len=8192, gqa_group=4, num_kv_heads=8)
-    auto = default_config(phase=phase, batch=8, max_query_len=max_query_len, max_seq_len=8192,
-                          head_size=head_size, gqa_group=4, num_sms=132, num_kv_heads=8)
+    space = config_space(
+        phase=phase,
+        head_size=head_size,
+        batch=8,
+        max_query_len=max_query_len,
+        max_seq_len=8192,
+        gqa_group=4,
+        num_kv_heads=8,
+    )
+    auto = default_config(
+        phase=phase,
+        batch=8,
+        max_query_len=max_query_len,
+        max_seq_len=8192,
+        head_size=head_size,
+        gqa_group=4,
+        num_sms=132,
+        num_kv_heads=8,
+    )
     assert space[0] == auto
     assert len(space) == len(set(space)) and 8 <= len(space) <= 40
     assert len({c.name() for c in space}) == len(space)
@@ -121,13 +170,23 @@ def test_catalogue_declares_what_the_kernels_implement() -> None:
 
 
 def _tq(bits: int, head_size: int, batch: int, max_seq_len: int, max_query_len: int = 1) -> TritonAttnConfig:
-    return turboquant_config(bits=bits, phase="decode", batch=batch, max_query_len=max_query_len,
-                             max_seq_len=max_seq_len, head_size=head_size, gqa_group=4, num_sms=132,
-                             num_kv_heads=8)
+    return turboquant_config(
+        bits=bits,
+        phase="decode",
+        batch=batch,
+        max_query_len=max_query_len,
+        max_seq_len=max_seq_len,
+        head_size=head_size,
+        gqa_group=4,
+        num_sms=132,
+        num_kv_heads=8,
+    )
 
 
-@pytest.mark.parametrize(("bits", "head_size", "block_n"), [(4, 128, 256), (8, 128, 128), (4, 64, 256),
-                                                            (8, 64, 256), (4, 256, 128), (8, 256, 64)])
+@pytest.mark.parametrize(
+    ("bits", "head_size", "block_n"),
+    [(4, 128, 256), (8, 128, 128), (4, 64, 256), (8, 64, 256), (4, 256, 128), (8, 256, 64)],
+)
 def test_turboquant_decode_tiles_hold_about_16_kib_of_codes(bits: int, head_size: int, block_n: int) -> None:
     assert _tq(bits, head_size, batch=16, max_seq_len=32768).block_n == block_n
 
@@ -142,38 +201,83 @@ def test_turboquant_splits_fewer_than_triton_attn_and_keep_four_tiles_per_split(
 
 
 @pytest.mark.parametrize("batch,context,splits", [(1, 131072, 32), (2, 65536, 16), (4, 32768, 8), (1, 32768, 32)])
-def test_turboquant_small_batch_splits_are_the_measured_best_powers_of_two(batch: int, context: int,
-                                                                           splits: int) -> None:
+def test_turboquant_small_batch_splits_are_the_measured_best_powers_of_two(
+    batch: int, context: int, splits: int
+) -> None:
     # H100 config search (2026-11-21): these were the fastest split counts; 48 or 50 at 1 x 128k were 18 % slower
     assert _tq(4, 128, batch=batch, max_seq_len=context).num_splits == splits
 
 
 def test_turboquant_prefill_keeps_its_verified_tiles_and_rejects_other_widths() -> None:
-    cfg = turboquant_config(bits=4, phase="prefill", batch=1, max_query_len=4096, max_seq_len=4096,
-                            head_size=128, gqa_group=4, num_sms=132, num_kv_heads=8)
+    cfg = turboquant_config(
+        bits=4,
+        phase="prefill",
+        batch=1,
+        max_query_len=4096,
+        max_seq_len=4096,
+        head_size=128,
+        gqa_group=4,
+        num_sms=132,
+        num_kv_heads=8,
+    )
     assert (cfg.block_n, cfg.block_m, cfg.num_warps) == (64, 128, 8)
     with pytest.raises(ValueError, match="4 or 8 bits"):
         _tq(3, 128, batch=1, max_seq_len=4096)
 
 
-@pytest.mark.parametrize("batch,context,splits", [(16, 8192, 4), (16, 32768, 4), (64, 8192, 1), (1, 131072, 32),
-                                                  (4, 16384, 8)])
+@pytest.mark.parametrize(
+    "batch,context,splits", [(16, 8192, 4), (16, 32768, 4), (64, 8192, 1), (1, 131072, 32), (4, 16384, 8)]
+)
 def test_fp8_decode_keeps_the_tile_bytes_and_splits_like_turboquant(batch: int, context: int, splits: int) -> None:
     # the five shapes of the H100 fp8 config search (2026-11-21): 128-token tiles, 2 stages; best splits were
     # 2, 2, 1, 32, 8 (4 was within 1.5 % of 2 at batch 16)
-    cfg = default_config(phase="decode", batch=batch, max_query_len=1, max_seq_len=context, head_size=128,
-                         gqa_group=4, num_sms=132, num_kv_heads=8, kv_cache_bytes=1)
+    cfg = default_config(
+        phase="decode",
+        batch=batch,
+        max_query_len=1,
+        max_seq_len=context,
+        head_size=128,
+        gqa_group=4,
+        num_sms=132,
+        num_kv_heads=8,
+        kv_cache_bytes=1,
+    )
     assert (cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.num_splits) == (128, 4, 2, splits)
-    bf16 = default_config(phase="decode", batch=batch, max_query_len=1, max_seq_len=context, head_size=128,
-                          gqa_group=4, num_sms=132, num_kv_heads=8)
+    bf16 = default_config(
+        phase="decode",
+        batch=batch,
+        max_query_len=1,
+        max_seq_len=context,
+        head_size=128,
+        gqa_group=4,
+        num_sms=132,
+        num_kv_heads=8,
+    )
     assert bf16.block_n == 64  # bf16 decode keeps its own rule
-    space = config_space(phase="decode", head_size=128, batch=batch, max_seq_len=context, gqa_group=4,
-                         num_sms=132, num_kv_heads=8, kv_cache_bytes=1)
+    space = config_space(
+        phase="decode",
+        head_size=128,
+        batch=batch,
+        max_seq_len=context,
+        gqa_group=4,
+        num_sms=132,
+        num_kv_heads=8,
+        kv_cache_bytes=1,
+    )
     assert space[0] == cfg
 
 
 @pytest.mark.parametrize("head_size,block_n", [(64, 128), (96, 128), (256, 64)])
 def test_fp8_decode_tiles_stay_within_the_searched_widths(head_size: int, block_n: int) -> None:
-    cfg = default_config(phase="decode", batch=16, max_query_len=1, max_seq_len=8192, head_size=head_size,
-                         gqa_group=4, num_sms=132, num_kv_heads=8, kv_cache_bytes=1)
+    cfg = default_config(
+        phase="decode",
+        batch=16,
+        max_query_len=1,
+        max_seq_len=8192,
+        head_size=head_size,
+        gqa_group=4,
+        num_sms=132,
+        num_kv_heads=8,
+        kv_cache_bytes=1,
+    )
     assert cfg.block_n == block_n

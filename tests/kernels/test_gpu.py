@@ -31,8 +31,9 @@ def test_grid_case_on_gpu(case: str) -> None:
 
 def _space_problem(phase: str, head_size: int) -> Problem:
     if phase == "decode":
-        return Problem((1,) * 8, (17, 4000, 8192, 100, 1, 2049, 300, 5000), num_heads=32, num_kv_heads=8,
-                       head_size=head_size)
+        return Problem(
+            (1,) * 8, (17, 4000, 8192, 100, 1, 2049, 300, 5000), num_heads=32, num_kv_heads=8, head_size=head_size
+        )
     return Problem((1024, 3, 700), (3000, 3, 700), num_heads=32, num_kv_heads=8, head_size=head_size)
 
 
@@ -40,11 +41,19 @@ def _assert_space_correct(phase: str, p: Problem) -> None:
     from hwtune.kernels.triton_attention import config_space
 
     t = build(p, "cuda")
-    ref = paged_attention_ref(t["q"], t["kv"][:, 0], t["kv"][:, 1], t["block_table"], t["seq_lens"], t["qsl"],
-                              softmax_scale=p.head_size ** -0.5)
-    space = config_space(phase=phase, head_size=p.head_size, batch=len(p.q_lens), max_query_len=max(p.q_lens),
-                         max_seq_len=max(p.seq_lens), gqa_group=4,
-                         num_sms=torch.cuda.get_device_properties(0).multi_processor_count, num_kv_heads=8)
+    ref = paged_attention_ref(
+        t["q"], t["kv"][:, 0], t["kv"][:, 1], t["block_table"], t["seq_lens"], t["qsl"], softmax_scale=p.head_size**-0.5
+    )
+    space = config_space(
+        phase=phase,
+        head_size=p.head_size,
+        batch=len(p.q_lens),
+        max_query_len=max(p.q_lens),
+        max_seq_len=max(p.seq_lens),
+        gqa_group=4,
+        num_sms=torch.cuda.get_device_properties(0).multi_processor_count,
+        num_kv_heads=8,
+    )
     failures = {}
     for cfg in space:
         out, lse = run_triton(replace(p, config=cfg.__dict__), t)
@@ -93,8 +102,9 @@ def test_cuda_graph_capture_follows_new_metadata(kind: str) -> None:
     cache = tq_cache_from(p, t, 4)[0] if kind == "turboquant" else None
 
     def launch() -> None:
-        common = dict(max_query_len=1, max_seq_len=8192, out=out, lse=lse, softmax_scale=128 ** -0.5, config=cfg,
-                      workspace=ws)
+        common = dict(
+            max_query_len=1, max_seq_len=8192, out=out, lse=lse, softmax_scale=128**-0.5, config=cfg, workspace=ws
+        )
         if cache is None:
             paged_attention(t["q"], t["kv"][:, 0], t["kv"][:, 1], t["block_table"], t["seq_lens"], t["qsl"], **common)
         else:
@@ -116,7 +126,7 @@ def test_cuda_graph_capture_follows_new_metadata(kind: str) -> None:
             k, v = t["kv"][:, 0], t["kv"][:, 1]
         else:
             k, v = tq.dequantize(cache)
-        ref = paged_attention_ref(t["q"], k, v, t["block_table"], t["seq_lens"], t["qsl"], softmax_scale=128 ** -0.5)
+        ref = paged_attention_ref(t["q"], k, v, t["block_table"], t["seq_lens"], t["qsl"], softmax_scale=128**-0.5)
         checks = compare(p, out, lse, *ref, lse_limit=3e-3)
         failed = {k_: v_ for k_, (v_, limit) in checks.items() if not v_ <= limit}
         assert not failed, f"replay {step}: {failed}"

@@ -57,7 +57,7 @@ def test_half_split_recursion_matches_the_full_transform() -> None:
     x = torch.randn(9, 1, d)
     u = x * signs
     h = hadamard.hadamard_matrix(d // 2)
-    lo, hi = u[..., : d // 2], u[..., d // 2:]
+    lo, hi = u[..., : d // 2], u[..., d // 2 :]
     halves = torch.cat([(lo + hi) @ h, (lo - hi) @ h], dim=-1) / math.sqrt(d)
     assert torch.allclose(halves, hadamard.rotate(x, signs), atol=1e-5)
 

@@ -27,10 +27,21 @@ SHARDS = 2
 
 
 def _run_shard(shard: int, *flags: str, shards: int = SHARDS) -> dict:
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "tests.kernels.interp_runner", "--shard", f"{shard}/{shards}",
-                           *flags], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    env = dict(
+        os.environ,
+        TRITON_INTERPRET="1",
+        PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        OMP_NUM_THREADS="1",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.kernels.interp_runner", "--shard", f"{shard}/{shards}", *flags],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"interpreter runner shard {shard} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout)
@@ -68,8 +79,12 @@ def test_kernel_case_with_tensor_core_accumulation(case: str, tensor_core_result
 
 #: prefill-style cases of both kernels, run again with the L2-friendly program order (KV head on axis 1)
 #: that big contexts get on a GPU; the interpreter's small shapes otherwise always take the heads-fast order
-L2_ORDER_CASES = ("prefill_prefix_d128_multi_tile", "prefill_default_config", "mixed_batch_split2",
-                  "tq_prefill_fp16_4bit")
+L2_ORDER_CASES = (
+    "prefill_prefix_d128_multi_tile",
+    "prefill_default_config",
+    "mixed_batch_split2",
+    "tq_prefill_fp16_4bit",
+)
 
 
 @pytest.fixture(scope="session")

@@ -12,8 +12,16 @@ MIB = 2**20
 
 
 def _prefill_plan(kv_mib: int, l2_mib: int = 50):
-    return plan_launch(TritonAttnConfig(128, 1, 8, 3), num_tokens=4096, batch=1, max_query_len=4096,
-                       head_size=128, gqa_group=4, kv_bytes_per_request=kv_mib * MIB, l2=l2_mib * MIB)
+    return plan_launch(
+        TritonAttnConfig(128, 1, 8, 3),
+        num_tokens=4096,
+        batch=1,
+        max_query_len=4096,
+        head_size=128,
+        gqa_group=4,
+        kv_bytes_per_request=kv_mib * MIB,
+        l2=l2_mib * MIB,
+    )
 
 
 def test_prefill_grid_puts_kv_heads_on_the_fastest_axis_when_the_kv_fits_half_the_l2() -> None:
@@ -31,16 +39,32 @@ def test_prefill_grid_keeps_one_kv_head_at_a_time_when_the_kv_would_overflow_l2(
 
 
 def test_decode_grid_keeps_one_program_per_request_and_kv_head() -> None:
-    plan = plan_launch(TritonAttnConfig(64, 4, 4, 3), num_tokens=16, batch=16, max_query_len=1,
-                       head_size=128, gqa_group=4, kv_bytes_per_request=MIB, l2=50 * MIB)
+    plan = plan_launch(
+        TritonAttnConfig(64, 4, 4, 3),
+        num_tokens=16,
+        batch=16,
+        max_query_len=1,
+        head_size=128,
+        gqa_group=4,
+        kv_bytes_per_request=MIB,
+        l2=50 * MIB,
+    )
     assert not plan.heads_fast and plan.one_per_req
     assert plan.grid(8) == (16, 8, 4)
 
 
 def test_speculative_decode_spanning_tiles_keeps_the_decode_grid() -> None:
     # 9 tokens x a group of 16 = 144 rows: two tiles per request, yet equal work per program: no reordering
-    plan = plan_launch(TritonAttnConfig(64, 2, 4, 3), num_tokens=18, batch=2, max_query_len=9, head_size=128,
-                       gqa_group=16, kv_bytes_per_request=MIB, l2=50 * MIB)
+    plan = plan_launch(
+        TritonAttnConfig(64, 2, 4, 3),
+        num_tokens=18,
+        batch=2,
+        max_query_len=9,
+        head_size=128,
+        gqa_group=16,
+        kv_bytes_per_request=MIB,
+        l2=50 * MIB,
+    )
     assert not plan.one_per_req and plan.block_q == 8
     assert not plan.heads_fast and plan.grid(2) == (18 // 8 + 2, 2, 2)
 
@@ -57,16 +81,24 @@ def test_query_io_accepts_the_contract_and_returns_the_shape() -> None:
     assert check_query_io(*_io(lse=None)) == (5, 4, 64)
 
 
-@pytest.mark.parametrize("over,match", [
-    ({"q": torch.zeros(5, 256, dtype=torch.bfloat16)}, r"\[tokens, heads, head_size\]"),
-    ({"q": torch.zeros(5, 4, 64)}, "float16 or bfloat16"),
-    ({"out": torch.zeros(5, 4, 64, dtype=torch.float16)}, "same shape"),
-    ({"out": torch.zeros(5, 4, 32, dtype=torch.bfloat16)}, "same shape"),
-    ({"q": torch.zeros(5, 4, 128, dtype=torch.bfloat16)[..., ::2],
-      "out": torch.zeros(5, 4, 64, dtype=torch.bfloat16)}, "contiguous last dimension"),
-    ({"lse": torch.zeros(5, 4, dtype=torch.float16)}, r"lse must be float32 \[5, 4\]"),
-    ({"lse": torch.zeros(4, 5)}, r"lse must be float32 \[5, 4\]"),
-])
+@pytest.mark.parametrize(
+    "over,match",
+    [
+        ({"q": torch.zeros(5, 256, dtype=torch.bfloat16)}, r"\[tokens, heads, head_size\]"),
+        ({"q": torch.zeros(5, 4, 64)}, "float16 or bfloat16"),
+        ({"out": torch.zeros(5, 4, 64, dtype=torch.float16)}, "same shape"),
+        ({"out": torch.zeros(5, 4, 32, dtype=torch.bfloat16)}, "same shape"),
+        (
+            {
+                "q": torch.zeros(5, 4, 128, dtype=torch.bfloat16)[..., ::2],
+                "out": torch.zeros(5, 4, 64, dtype=torch.bfloat16),
+            },
+            "contiguous last dimension",
+        ),
+        ({"lse": torch.zeros(5, 4, dtype=torch.float16)}, r"lse must be float32 \[5, 4\]"),
+        ({"lse": torch.zeros(4, 5)}, r"lse must be float32 \[5, 4\]"),
+    ],
+)
 def test_query_io_refuses_what_the_kernels_would_misread(over: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         check_query_io(*_io(**over))

@@ -24,7 +24,7 @@ def _element(m: KvMatrix, view: torch.Tensor, block: int, token: int, head: int)
     """Element (row, column) of the matrix view, read through the descriptor's own arithmetic."""
     row = block * m.rows_per_block + head * m.rows_per_head + token
     flat = torch.as_strided(view, (m.rows, m.cols), (m.row_stride, 1))
-    return flat[row, head * m.cols_per_head:head * m.cols_per_head + D]
+    return flat[row, head * m.cols_per_head : head * m.cols_per_head + D]
 
 
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
@@ -53,7 +53,7 @@ def test_matrix_rows_are_the_cache_tokens(layout: str, interleaved: bool) -> Non
 def test_strides_tma_cannot_express_are_reasons() -> None:
     padded = torch.randn(BLOCKS, PAGE, HEADS, D + 4)[..., :D]  # heads 68 apart, still inside a token's row
     assert isinstance(_matrix(padded, "NHD"), KvMatrix)
-    odd = torch.randn(BLOCKS * PAGE * HEADS * D + 8)[1:1 + BLOCKS * PAGE * HEADS * D].view(BLOCKS, PAGE, HEADS, D)
+    odd = torch.randn(BLOCKS * PAGE * HEADS * D + 8)[1 : 1 + BLOCKS * PAGE * HEADS * D].view(BLOCKS, PAGE, HEADS, D)
     assert "16 bytes" in _matrix(odd, "NHD")  # base not 16-byte aligned
     skew = torch.as_strided(torch.randn(BLOCKS * 2000), (BLOCKS, PAGE, HEADS, D), (1000, HEADS * D, D, 1))
     assert "multiple of the token stride" in _matrix(skew, "NHD")
@@ -94,7 +94,8 @@ def test_when_a_launch_takes_tma() -> None:
     with pytest.raises(ValueError, match="must lie inside one page.*block_n dividing 16"):
         choose_kv_loads("tma", unsupported=None, page_size=16, block_n=128, prefill_style=True)
     with pytest.raises(ValueError, match="not possible here: TMA loads need SM 9.0"):
-        choose_kv_loads("tma", unsupported="TMA loads need SM 9.0 or later", page_size=128, block_n=64,
-                        prefill_style=True)
+        choose_kv_loads(
+            "tma", unsupported="TMA loads need SM 9.0 or later", page_size=128, block_n=64, prefill_style=True
+        )
     with pytest.raises(ValueError, match="kv_loads must be one of"):
         choose_kv_loads("ldg", **ok, prefill_style=True)

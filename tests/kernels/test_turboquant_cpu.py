@@ -110,9 +110,14 @@ def test_unpack_codes_splits_nibbles_into_halves() -> None:
     assert tq.unpack_codes(packed, 4, 4)[0].tolist() == [1, 0, 2, 15]
 
 
-@pytest.mark.parametrize("args,match", [
-    ((4, 16, 2, 96, 4), "power-of-two"), ((4, 16, 2, 128, 3), "4- or 8-bit"), ((4, 24, 2, 128, 4), "page size"),
-])
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        ((4, 16, 2, 96, 4), "power-of-two"),
+        ((4, 16, 2, 128, 3), "4- or 8-bit"),
+        ((4, 24, 2, 128, 4), "page size"),
+    ],
+)
 def test_allocate_refuses_unsupported_shapes(args: tuple, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         tq.allocate_cache(*args, device="cpu")

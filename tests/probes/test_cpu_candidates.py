@@ -22,8 +22,9 @@ def pool():
     "workload",
     [
         AttentionWorkload(SPEC, "decode", batch=4, context_len=100),
-        AttentionWorkload(AttentionSpec(8, 2, 64, dtype="bfloat16", kv_layout="HND"), "decode", 3, 50,
-                          context_lens=(50, 17, 33)),
+        AttentionWorkload(
+            AttentionSpec(8, 2, 64, dtype="bfloat16", kv_layout="HND"), "decode", 3, 50, context_lens=(50, 17, 33)
+        ),
         AttentionWorkload(SPEC, "prefill", batch=2, context_len=80, query_len=40),
         AttentionWorkload(SPEC, "prefill", batch=2, context_len=48, query_len=48),
         AttentionWorkload(SPEC, "mixed", batch=3, context_len=64, query_len=32, num_prefill=1),
@@ -32,8 +33,9 @@ def pool():
     ids=["decode", "decode-hnd-mixedlens-bf16", "prefill-prefix", "prefill-empty", "mixed", "spec-decode-mha"],
 )
 def test_sdpa_math_on_cpu(pool: WorkerPool, workload: AttentionWorkload) -> None:
-    [rec] = measure_attention(workload, [Planned("TORCH_SDPA", "math")], device="cpu", profile=CPU_PROFILE,
-                              timing=FAST, pool=pool)
+    [rec] = measure_attention(
+        workload, [Planned("TORCH_SDPA", "math")], device="cpu", profile=CPU_PROFILE, timing=FAST, pool=pool
+    )
     assert rec.status == "ok", rec.message
     assert rec.error["rel_l2"] < 2e-2
     assert rec.workload_key == workload.key() and rec.environment_hash
@@ -49,16 +51,22 @@ def test_plan_on_cpu_runs_only_cpu_candidates() -> None:
 
 def test_flex_compiled_on_cpu(pool: WorkerPool) -> None:
     w = AttentionWorkload(SPEC, "mixed", batch=3, context_len=64, query_len=32, num_prefill=1)
-    [rec] = measure_attention(w, [Planned("FLEX_ATTENTION", "compiled")], device="cpu", profile=CPU_PROFILE,
-                              timing=FAST, pool=pool)
+    [rec] = measure_attention(
+        w, [Planned("FLEX_ATTENTION", "compiled")], device="cpu", profile=CPU_PROFILE, timing=FAST, pool=pool
+    )
     assert rec.status == "ok", rec.message
     assert rec.compile_time_s is not None and rec.compile_time_s > 0
 
 
 def test_invalid_candidates_are_recorded_unsupported_and_never_run() -> None:
     w = AttentionWorkload(AttentionSpec(8, 2, 64, dcp_size=2), "decode", batch=2, context_len=64)
-    recs = measure_attention(w, device="cpu", profile=CPU_PROFILE, timing=FAST,
-                             candidate_override={"TORCH_SDPA": "tests.probes.fake_candidates:Exit"})
+    recs = measure_attention(
+        w,
+        device="cpu",
+        profile=CPU_PROFILE,
+        timing=FAST,
+        candidate_override={"TORCH_SDPA": "tests.probes.fake_candidates:Exit"},
+    )
     sdpa = [r for r in recs if r.backend == "TORCH_SDPA"]
     assert sdpa and all(r.status == "unsupported" for r in sdpa)  # the crashing fake was never started
     assert any("Decode Context Parallelism" in r.message for r in sdpa)

@@ -17,8 +17,14 @@ FAST = TimingOptions(time_cap_s=0.05, min_reps=6, batch=6, warmup=1)
 
 def measure(pool: WorkerPool, fake: str, timeout_s: float = 60.0, workload: AttentionWorkload = WORKLOAD):
     [rec] = measure_attention(
-        workload, [Planned("TORCH_SDPA", "math")], device="cpu", profile=CPU_PROFILE, timing=FAST,
-        timeout_s=timeout_s, pool=pool, candidate_override={"TORCH_SDPA": f"tests.probes.fake_candidates:{fake}"},
+        workload,
+        [Planned("TORCH_SDPA", "math")],
+        device="cpu",
+        profile=CPU_PROFILE,
+        timing=FAST,
+        timeout_s=timeout_s,
+        pool=pool,
+        candidate_override={"TORCH_SDPA": f"tests.probes.fake_candidates:{fake}"},
     )
     return rec
 
@@ -80,13 +86,20 @@ def test_real_out_of_bounds_kernel_then_next_candidate_is_correct() -> None:
     spec = AttentionSpec(8, 2, 64)
     w = AttentionWorkload(spec, "decode", batch=4, context_len=300)
     with WorkerPool(env={"PYTHONPATH": ROOT}) as gpu_pool:
-        [bad] = measure_attention(w, [Planned("TORCH_SDPA", "math")], device="cuda", timing=FAST, timeout_s=120,
-                                  pool=gpu_pool,
-                                  candidate_override={"TORCH_SDPA": "tests.probes.fake_candidates:OutOfBounds"})
+        [bad] = measure_attention(
+            w,
+            [Planned("TORCH_SDPA", "math")],
+            device="cuda",
+            timing=FAST,
+            timeout_s=120,
+            pool=gpu_pool,
+            candidate_override={"TORCH_SDPA": "tests.probes.fake_candidates:OutOfBounds"},
+        )
         assert bad.status in ("crashed", "error"), bad.message
         assert "illegal memory access" in bad.message.lower() or "crashed" == bad.status
-        [good] = measure_attention(w, [Planned("TORCH_SDPA", "math")], device="cuda", timing=FAST, timeout_s=120,
-                                   pool=gpu_pool)
+        [good] = measure_attention(
+            w, [Planned("TORCH_SDPA", "math")], device="cuda", timing=FAST, timeout_s=120, pool=gpu_pool
+        )
         assert good.status == "ok", good.message
 
 

@@ -21,13 +21,15 @@ def sdpa_ref(p, r):
     m, n = q.shape[0], k.shape[0]
     mask = torch.arange(n)[None, :] <= (n - m + torch.arange(m))[:, None]
     o = torch.nn.functional.scaled_dot_product_attention(
-        q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], attn_mask=mask, enable_gqa=True)
+        q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], attn_mask=mask, enable_gqa=True
+    )
     return o[0].transpose(0, 1)
 
 
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
-@pytest.mark.parametrize("phase, kw", [("decode", {}), ("prefill", {"query_len": 20}),
-                                       ("mixed", {"query_len": 20, "num_prefill": 1})])
+@pytest.mark.parametrize(
+    "phase, kw", [("decode", {}), ("prefill", {"query_len": 20}), ("mixed", {"query_len": 20, "num_prefill": 1})]
+)
 def test_reference_matches_sdpa_on_gathered_kv(layout: str, phase: str, kw: dict) -> None:
     w = AttentionWorkload(SPEC, phase, batch=3, context_len=50, **kw)
     p = build_problem(w, "cpu", seed=3, layout=layout)
@@ -44,7 +46,7 @@ def test_pages_are_shuffled_and_unowned_slots_poisoned() -> None:
     assert first_pages != sorted(first_pages) or p.block_table[0, 1] != p.block_table[0, 0] + 1
     # the tail of every request's last page is poisoned
     last = p.block_table[0, 2].item()
-    assert (p.kv_cache[last, 0, 37 - 32:] == POISON).all()
+    assert (p.kv_cache[last, 0, 37 - 32 :] == POISON).all()
     assert (p.kv_cache[last, 0, : 37 - 32].abs() < 100).all()
 
 
@@ -81,8 +83,10 @@ def test_split_halves_merge_to_the_whole() -> None:
 def test_sliding_window_and_soft_cap_change_the_reference() -> None:
     base = AttentionWorkload(SPEC, "decode", batch=2, context_len=64)
     plain = reference_attention(build_problem(base, "cpu", seed=4))[0]
-    for spec in (AttentionSpec(8, 2, 32, dtype="float32", sliding_window=16),
-                 AttentionSpec(8, 2, 32, dtype="float32", logits_soft_cap=0.5)):
+    for spec in (
+        AttentionSpec(8, 2, 32, dtype="float32", sliding_window=16),
+        AttentionSpec(8, 2, 32, dtype="float32", logits_soft_cap=0.5),
+    ):
         other = reference_attention(build_problem(AttentionWorkload(spec, "decode", 2, 64), "cpu", seed=4))[0]
         assert (other - plain).abs().max() > 1e-3
 

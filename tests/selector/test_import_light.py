@@ -20,6 +20,8 @@ def test_import_and_select_stay_light() -> None:
 
 
 def test_cli_module_stays_light() -> None:
-    code = "import sys, hwtune.cli.main; print(','.join(m for m in ('torch','flashinfer','triton') if m in sys.modules))"
+    code = (
+        "import sys, hwtune.cli.main; print(','.join(m for m in ('torch','flashinfer','triton') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

@@ -23,9 +23,18 @@ H100 = simulated("h100")
 def rec(w, backend, tactic, us, *, status="ok", host="node-a", env=None, message=""):
     env = env or current_environment(H100)
     return MeasurementRecord(
-        kind="attention", workload=w.to_dict(), workload_key=w.key(), backend=backend, tactic=tactic,
-        status=status, message=message, stats=LatencyStats.from_samples([us, us, us]) if status == "ok" else None,
-        environment=env.fingerprint(), environment_hash=env.hash(), host=host, run_id=f"run-{host}",
+        kind="attention",
+        workload=w.to_dict(),
+        workload_key=w.key(),
+        backend=backend,
+        tactic=tactic,
+        status=status,
+        message=message,
+        stats=LatencyStats.from_samples([us, us, us]) if status == "ok" else None,
+        environment=env.fingerprint(),
+        environment_hash=env.hash(),
+        host=host,
+        run_id=f"run-{host}",
     )
 
 
@@ -47,8 +56,12 @@ def grid(latency):
 
 def base(backend, tactic, w):
     size = w.batch * w.context_len if w.phase == "decode" else w.query_len * w.context_len / 50
-    factor = {("FLASHINFER", "xqa"): 0.9 if w.batch < 16 else 1.2, ("FLASHINFER", "fa2-tc"): 1.0,
-              ("FLASHINFER", "fa3"): 0.7, ("TRITON_ATTN", "auto"): 1.1}[(backend, tactic)]
+    factor = {
+        ("FLASHINFER", "xqa"): 0.9 if w.batch < 16 else 1.2,
+        ("FLASHINFER", "fa2-tc"): 1.0,
+        ("FLASHINFER", "fa3"): 0.7,
+        ("TRITON_ATTN", "auto"): 1.1,
+    }[(backend, tactic)]
     return 10 + 0.001 * size * factor
 
 
@@ -96,9 +109,18 @@ def test_other_environments_are_ignored_and_explained(store) -> None:
     other_stack = dataclasses.replace(SoftwareStack.current(), flashinfer="0.6.11")
     other = current_environment(H100).__class__(H100, other_stack)
     # another environment says TRITON_ATTN is 100x faster: it must not count
-    s.write([dataclasses.replace(r, environment=other.fingerprint(), environment_hash=other.hash(),
-                                 stats=LatencyStats.from_samples([0.01] * 3))
-             for r in grid(base) if r.backend == "TRITON_ATTN"])
+    s.write(
+        [
+            dataclasses.replace(
+                r,
+                environment=other.fingerprint(),
+                environment_hash=other.hash(),
+                stats=LatencyStats.from_samples([0.01] * 3),
+            )
+            for r in grid(base)
+            if r.backend == "TRITON_ATTN"
+        ]
+    )
     s.write([r for r in grid(base) if r.backend == "FLASHINFER"])
     sel = select(url)
     assert sel.backend == "FLASHINFER"
@@ -111,9 +133,15 @@ def test_median_of_host_medians_resists_one_hostile_host(store) -> None:
     recs = []
     for host in ("node-a", "node-b"):
         recs += [dataclasses.replace(r, host=host, run_id=host) for r in grid(base)]
-    liar = [dataclasses.replace(r, host="evil", run_id="evil",
-                                stats=LatencyStats.from_samples([1e-3] * 3) if r.backend == "TRITON_ATTN" else r.stats)
-            for r in grid(base)]
+    liar = [
+        dataclasses.replace(
+            r,
+            host="evil",
+            run_id="evil",
+            stats=LatencyStats.from_samples([1e-3] * 3) if r.backend == "TRITON_ATTN" else r.stats,
+        )
+        for r in grid(base)
+    ]
     s.write(recs + liar)
     assert select(url).backend == "FLASHINFER"  # two honest hosts outvote one
 
@@ -122,12 +150,25 @@ def test_crash_or_wrong_answer_here_rejects_the_backend(store) -> None:
     url, s = store
     s.write(grid(base))
     w = AttentionWorkload(SPEC, "decode", 64, 8192)
-    s.write([rec(w, "FLASHINFER", "xqa", 0, status="wrong_answer", host="node-c",
-                 message="batch B through the same plan: relative L2 error 0.3 exceeds 0.02")])
+    s.write(
+        [
+            rec(
+                w,
+                "FLASHINFER",
+                "xqa",
+                0,
+                status="wrong_answer",
+                host="node-c",
+                message="batch B through the same plan: relative L2 error 0.3 exceeds 0.02",
+            )
+        ]
+    )
     sel = select(url)
     assert sel.backend == "TRITON_ATTN"
     reason = sel.rejected["FLASHINFER"][0]
-    assert "FLASHINFER tactic xqa gave a wrong answer on decode batch 64 x 8192 in this environment (host node-c" in reason
+    assert (
+        "FLASHINFER tactic xqa gave a wrong answer on decode batch 64 x 8192 in this environment (host node-c" in reason
+    )
     with pytest.raises(hwtune.BackendNotValidError, match="gave a wrong answer"):
         select(url, backend="FLASHINFER")
 
@@ -160,8 +201,9 @@ def test_fast_reader_knows_the_schema_it_reads(store) -> None:
 def test_shared_store_down_falls_back_within_two_seconds(tmp_path) -> None:
     _cached.cache_clear()
     t0 = time.perf_counter()
-    sel = hwtune.select_attention(SPEC, device="h100", assume_installed=True,
-                                  db="postgresql+psycopg://user:secret@127.0.0.1:9/nowhere")
+    sel = hwtune.select_attention(
+        SPEC, device="h100", assume_installed=True, db="postgresql+psycopg://user:secret@127.0.0.1:9/nowhere"
+    )
     assert time.perf_counter() - t0 < 2.5
     assert sel.backend == "FLASH_ATTN" and "secret" not in " ".join(sel.notes)
     _cached.cache_clear()

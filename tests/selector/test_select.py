@@ -29,8 +29,15 @@ def test_sm90_ranks_flash_attn_first() -> None:
     assert sel.tactic == "fa3"
 
 
-@pytest.mark.parametrize("device, first, tactic", [("sm80", "FLASH_ATTN", "fa2"), ("sm120", "FLASH_ATTN", "fa2"),
-                                                   ("b200", "FLASHINFER", "trtllm-gen"), ("sm103", "FLASHINFER", "trtllm-gen")])
+@pytest.mark.parametrize(
+    "device, first, tactic",
+    [
+        ("sm80", "FLASH_ATTN", "fa2"),
+        ("sm120", "FLASH_ATTN", "fa2"),
+        ("b200", "FLASHINFER", "trtllm-gen"),
+        ("sm103", "FLASHINFER", "trtllm-gen"),
+    ],
+)
 def test_each_family(device: str, first: str, tactic: str) -> None:
     sel = select(device=device)
     assert sel.backend == first and sel.tactic == tactic
@@ -48,8 +55,10 @@ def test_dcp_without_lse_is_an_actionable_error() -> None:
     with pytest.raises(BackendNotValidError) as err:
         select(spec, device="sm90", backend="TORCH_SDPA")
     msg = str(err.value)
-    assert ("Decode Context Parallelism (DCP, --dcp 2) needs an attention backend that returns the softmax "
-            "log-sum-exp (LSE) during decode; TORCH_SDPA does not.") in msg
+    assert (
+        "Decode Context Parallelism (DCP, --dcp 2) needs an attention backend that returns the softmax "
+        "log-sum-exp (LSE) during decode; TORCH_SDPA does not."
+    ) in msg
     assert "Valid attention backends here that do: FLASH_ATTN, FLASHINFER, TRITON_ATTN." in msg
     assert "Choose one with --backend or HWTUNE_ATTENTION_BACKEND, or run without DCP (--dcp 1)." in msg
     assert err.value.valid == ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"]
@@ -91,8 +100,9 @@ def test_mla_selects_mla_backends_per_family() -> None:
     assert [r.backend for r in select(mla, device="sm100").ranked] == ["FLASHINFER_MLA", "FLASHMLA", "TRITON_MLA"]
     assert [r.backend for r in select(mla, device="sm90").ranked] == ["FLASHMLA", "TRITON_MLA"]
     sel = select(mla, device="sm90")
-    assert sel.rejected["FLASHINFER"] == ("This model uses multi-head latent attention (MLA); FLASHINFER is not "
-                                          "an MLA backend.",)
+    assert sel.rejected["FLASHINFER"] == (
+        "This model uses multi-head latent attention (MLA); FLASHINFER is not an MLA backend.",
+    )
 
 
 def test_nothing_valid_lists_every_backend() -> None:
@@ -158,13 +168,14 @@ def test_missing_packages_are_reasons_read_from_metadata(monkeypatch) -> None:
 
 def test_cpu_torch_is_a_reason_not_a_crash(monkeypatch) -> None:
     monkeypatch.setattr("hwtune.core.validation.torch_cuda_version", lambda: None)
-    monkeypatch.setattr("hwtune.core.validation.installed_version",
-                        lambda d: "2.13.0+cpu" if d == "torch" else "9.9")
+    monkeypatch.setattr("hwtune.core.validation.installed_version", lambda d: "2.13.0+cpu" if d == "torch" else "9.9")
     monkeypatch.setattr("hwtune.core.packages.installed_version", lambda d: "9.9")
     _cached.cache_clear()
     sel = hwtune.select_attention(LLAMA, device="sm90")
-    assert any("FlashInfer needs a CUDA build of torch; the installed torch 2.13.0+cpu is CPU-only" in r
-               for r in sel.rejected["FLASHINFER"])
+    assert any(
+        "FlashInfer needs a CUDA build of torch; the installed torch 2.13.0+cpu is CPU-only" in r
+        for r in sel.rejected["FLASHINFER"]
+    )
     _cached.cache_clear()
 
 

@@ -81,13 +81,18 @@ prefix = [0, 64]
     assert plan.items[0].backends == ("TORCH_SDPA:math",) and plan.items[1].workload.spec.kv_layout == "HND"
 
 
-@pytest.mark.parametrize("text, words", [
-    ("[surprise]\nx = 1\n", "unknown sections surprise"),
-    ("[[attention]]\nnum_heads = 8\n", "missing"),
-    ("[[attention]]\nnum_heads = 8\nnum_kv_heads = 2\nhead_size = 64\n[[attention.decode]]\nbatch = [0]\n",
-     "must be integers >= 1"),
-    ("not toml [", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("[surprise]\nx = 1\n", "unknown sections surprise"),
+        ("[[attention]]\nnum_heads = 8\n", "missing"),
+        (
+            "[[attention]]\nnum_heads = 8\nnum_kv_heads = 2\nhead_size = 64\n[[attention.decode]]\nbatch = [0]\n",
+            "must be integers >= 1",
+        ),
+        ("not toml [", "not valid TOML"),
+    ],
+)
 def test_bad_plan_files(tmp_path: Path, text: str, words: str) -> None:
     f = tmp_path / "bad.toml"
     f.write_text(text)
@@ -104,8 +109,15 @@ def test_refinements_between_disagreeing_neighbours_come_first() -> None:
 
     def rec(item, backend):
         w = item.workload
-        return MeasurementRecord(kind="attention", workload=w.to_dict(), workload_key=w.key(), backend=backend,
-                                 tactic="t", status="ok", stats=LatencyStats.from_samples([1.0]))
+        return MeasurementRecord(
+            kind="attention",
+            workload=w.to_dict(),
+            workload_key=w.key(),
+            backend=backend,
+            tactic="t",
+            status="ok",
+            stats=LatencyStats.from_samples([1.0]),
+        )
 
     # small batches won by A, large by B: the crossover sits between batch 16 and 256
     records = [rec(c, "A" if c.workload.batch < 100 else "B") for c in coarse]

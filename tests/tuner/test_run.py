@@ -90,8 +90,24 @@ def _count(db: Path) -> int:
 
 def test_sigkill_then_resume_repeats_nothing(tmp_path: Path, plan_file: Path) -> None:
     db = tmp_path / "t.db"
-    cmd = [sys.executable, "-m", "hwtune", "tune", "--plan", str(plan_file), "--kinds", "attention", "--device",
-           "cpu", "--db", f"sqlite:///{db}", "--no-warmup", "--lease", "3", "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hwtune",
+        "tune",
+        "--plan",
+        str(plan_file),
+        "--kinds",
+        "attention",
+        "--device",
+        "cpu",
+        "--db",
+        f"sqlite:///{db}",
+        "--no-warmup",
+        "--lease",
+        "3",
+        "--json",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 120
     while _count(db) < 2 and time.time() < deadline and proc.poll() is None:
@@ -112,8 +128,23 @@ def test_sigkill_then_resume_repeats_nothing(tmp_path: Path, plan_file: Path) ->
 
 def test_two_nodes_share_one_plan(shared_url: str, plan_file: Path) -> None:
     """Two tuners on one store (SQLite, and PostgreSQL with SKIP LOCKED) split the plan: each item once."""
-    cmd = [sys.executable, "-m", "hwtune", "tune", "--plan", str(plan_file), "--kinds", "attention", "--device",
-           "cpu", "--db", shared_url, "--no-warmup", "--json", "--resume"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hwtune",
+        "tune",
+        "--plan",
+        str(plan_file),
+        "--kinds",
+        "attention",
+        "--device",
+        "cpu",
+        "--db",
+        shared_url,
+        "--no-warmup",
+        "--json",
+        "--resume",
+    ]
     Store.open(shared_url).close()
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     reports = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
@@ -125,8 +156,18 @@ def test_two_nodes_share_one_plan(shared_url: str, plan_file: Path) -> None:
 
 def test_tune_refuses_an_unknown_device_instead_of_tuning_the_cpu(tmp_path: Path) -> None:
     """``--device H100`` once fell through to a CPU plan; it must stop with exit 2 and say what is accepted."""
-    cmd = [sys.executable, "-m", "hwtune", "tune", "--quick", "--dry-run", "--device", "H100",
-           "--db", f"sqlite:///{tmp_path / 't.db'}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hwtune",
+        "tune",
+        "--quick",
+        "--dry-run",
+        "--device",
+        "H100",
+        "--db",
+        f"sqlite:///{tmp_path / 't.db'}",
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "--device takes auto, cuda or cpu, not 'H100'" in res.stderr

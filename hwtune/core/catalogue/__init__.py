@@ -82,7 +82,21 @@ def quick_backends(kind: str) -> tuple[str, ...]:
 
 
 __all__ = [
-    "Backend", "Tactic", "Feature", "FEATURE_WORDS", "Hazard", "IntRule", "CCRange", "AttentionRules",
-    "All2AllRules", "EngineFlags", "Probe",
-    "backends", "names", "get", "find", "get_any", "quick_backends",
+    "Backend",
+    "Tactic",
+    "Feature",
+    "FEATURE_WORDS",
+    "Hazard",
+    "IntRule",
+    "CCRange",
+    "AttentionRules",
+    "All2AllRules",
+    "EngineFlags",
+    "Probe",
+    "backends",
+    "names",
+    "get",
+    "find",
+    "get_any",
+    "quick_backends",
 ]

@@ -43,27 +43,61 @@ VLLM_FLAG = "--all2all-backend"
 SGLANG_FLAG = "--moe-a2a-backend"
 
 
-def _single(name: str, summary: str, rules: All2AllRules, packages: tuple[PackageRequirement, ...],
-            sources: dict[str, str], *, probe: Probe, order: dict[str, int], sglang: tuple[str, ...] = (),
-            vllm: bool = True, needs_cuda_torch: bool = True,
-            notes: tuple[str, ...] = (), hazards: tuple[Hazard, ...] = ()) -> Backend:
+def _single(
+    name: str,
+    summary: str,
+    rules: All2AllRules,
+    packages: tuple[PackageRequirement, ...],
+    sources: dict[str, str],
+    *,
+    probe: Probe,
+    order: dict[str, int],
+    sglang: tuple[str, ...] = (),
+    vllm: bool = True,
+    needs_cuda_torch: bool = True,
+    notes: tuple[str, ...] = (),
+    hazards: tuple[Hazard, ...] = (),
+) -> Backend:
     engines = {"sglang": EngineFlags((SGLANG_FLAG, *sglang) if sglang else ())}
-    engines["vllm"] = EngineFlags((VLLM_FLAG, name)) if vllm else EngineFlags(missing=(
-        f"{name} is hwtune's reference all-to-all and has no vLLM {VLLM_FLAG} value; "
-        "pick another ranked backend or choose one with --backend"))
+    engines["vllm"] = (
+        EngineFlags((VLLM_FLAG, name))
+        if vllm
+        else EngineFlags(
+            missing=(
+                f"{name} is hwtune's reference all-to-all and has no vLLM {VLLM_FLAG} value; "
+                "pick another ranked backend or choose one with --backend"
+            )
+        )
+    )
     return Backend(
-        name=name, kind="all2all", summary=summary, rules=rules, packages=packages, probe=probe,
-        engines=engines, priority=priority(**order),
+        name=name,
+        kind="all2all",
+        summary=summary,
+        rules=rules,
+        packages=packages,
+        probe=probe,
+        engines=engines,
+        priority=priority(**order),
         tactics=(Tactic("default", BOTH, All2AllRules(), summary=summary),),
-        needs_cuda_torch=needs_cuda_torch, notes=notes, hazards=hazards,
+        needs_cuda_torch=needs_cuda_torch,
+        notes=notes,
+        hazards=hazards,
         sources={"tactics": "one implementation", **sources},
     )
 
 
 NAIVE = _single(
-    "naive", "dispatch: every rank broadcasts its tokens; combine: all-reduce then slice",
-    All2AllRules(device_types=fs("cuda", "cpu"), compute_capabilities=(CCRange((7, 0)),), quant_dtypes=ANY_QUANT,
-                 ep_sizes=multiple_of(1, 2), hidden_sizes=multiple_of(1), max_topk=None, features=NODES),
+    "naive",
+    "dispatch: every rank broadcasts its tokens; combine: all-reduce then slice",
+    All2AllRules(
+        device_types=fs("cuda", "cpu"),
+        compute_capabilities=(CCRange((7, 0)),),
+        quant_dtypes=ANY_QUANT,
+        ep_sizes=multiple_of(1, 2),
+        hidden_sizes=multiple_of(1),
+        max_topk=None,
+        features=NODES,
+    ),
     (TORCH_PKG,),
     {
         "device_types": f"{A2A} NaiveAll2AllManager (torch.distributed: NCCL on CUDA, gloo on CPU)",
@@ -75,13 +109,22 @@ NAIVE = _single(
         "packages": "torch.distributed",
     },
     needs_cuda_torch=False,
-    probe=Probe(f"{PROBES}.naive:NaiveCandidate"), order=dict(blackwell=6, others=5, cpu=2), sglang=("none",),
+    probe=Probe(f"{PROBES}.naive:NaiveCandidate"),
+    order=dict(blackwell=6, others=5, cpu=2),
+    sglang=("none",),
 )
 
 ALLGATHER_REDUCESCATTER = _single(
-    "allgather_reducescatter", "dispatch: all_gatherv of tokens; combine: reduce_scatterv (vLLM's default)",
-    All2AllRules(device_types=fs("cuda", "cpu"), compute_capabilities=(CCRange((7, 0)),), quant_dtypes=ANY_QUANT,
-                 ep_sizes=multiple_of(1, 2), hidden_sizes=multiple_of(1), features=NODES | fs(F.CUDA_GRAPHS)),
+    "allgather_reducescatter",
+    "dispatch: all_gatherv of tokens; combine: reduce_scatterv (vLLM's default)",
+    All2AllRules(
+        device_types=fs("cuda", "cpu"),
+        compute_capabilities=(CCRange((7, 0)),),
+        quant_dtypes=ANY_QUANT,
+        ep_sizes=multiple_of(1, 2),
+        hidden_sizes=multiple_of(1),
+        features=NODES | fs(F.CUDA_GRAPHS),
+    ),
     (TORCH_PKG,),
     {
         "device_types": f"{A2A} AgRsAll2AllManager (NCCL; gloo on CPU)",
@@ -94,13 +137,21 @@ ALLGATHER_REDUCESCATTER = _single(
     },
     needs_cuda_torch=False,
     probe=Probe(f"{PROBES}.allgather_reducescatter:AllGatherReduceScatterCandidate"),
-    order=dict(blackwell=4, others=2, cpu=0), sglang=("none",),
+    order=dict(blackwell=4, others=2, cpu=0),
+    sglang=("none",),
 )
 
 NCCL_ALLTOALLV = _single(
-    "nccl_alltoallv", "textbook dispatch/combine with torch.distributed.all_to_all_single and per-rank splits",
-    All2AllRules(device_types=fs("cuda", "cpu"), compute_capabilities=(CCRange((7, 0)),), quant_dtypes=ANY_QUANT,
-                 ep_sizes=multiple_of(1, 2), hidden_sizes=multiple_of(1), features=NODES),
+    "nccl_alltoallv",
+    "textbook dispatch/combine with torch.distributed.all_to_all_single and per-rank splits",
+    All2AllRules(
+        device_types=fs("cuda", "cpu"),
+        compute_capabilities=(CCRange((7, 0)),),
+        quant_dtypes=ANY_QUANT,
+        ep_sizes=multiple_of(1, 2),
+        hidden_sizes=multiple_of(1),
+        features=NODES,
+    ),
     (TORCH_PKG,),
     {
         "device_types": "torch.distributed.all_to_all_single: NCCL on CUDA, gloo on CPU",
@@ -113,15 +164,23 @@ NCCL_ALLTOALLV = _single(
     },
     needs_cuda_torch=False,
     notes=("not a vLLM --all2all-backend value; hwtune's reference all-to-all",),
-    probe=Probe(f"{PROBES}.nccl_alltoallv:AllToAllVCandidate"), order=dict(blackwell=5, others=4, cpu=1),
+    probe=Probe(f"{PROBES}.nccl_alltoallv:AllToAllVCandidate"),
+    order=dict(blackwell=5, others=4, cpu=1),
     vllm=False,
 )
 
 DEEPEP_HIGH_THROUGHPUT = _single(
-    "deepep_high_throughput", "DeepEP normal (high-throughput) kernels, for prefill",
-    All2AllRules(device_types=fs("cuda"), compute_capabilities=(CCRange((9, 0), (10, 3)),),
-                 quant_dtypes=fs("bf16", "fp8"), ep_sizes=multiple_of(1, 2), hidden_sizes=multiple_of(1),
-                 features=NODES, interconnect="nvlink"),
+    "deepep_high_throughput",
+    "DeepEP normal (high-throughput) kernels, for prefill",
+    All2AllRules(
+        device_types=fs("cuda"),
+        compute_capabilities=(CCRange((9, 0), (10, 3)),),
+        quant_dtypes=fs("bf16", "fp8"),
+        ep_sizes=multiple_of(1, 2),
+        hidden_sizes=multiple_of(1),
+        features=NODES,
+        interconnect="nvlink",
+    ),
     (DEEP_EP,),
     {
         "device_types": f"{A2A} DeepEPHTAll2AllManager",
@@ -135,16 +194,22 @@ DEEPEP_HIGH_THROUGHPUT = _single(
         "packages": "deep_ep (vllm tools/ep_kernels/README.md)",
     },
     probe=Probe(f"{PROBES}.deepep:DeepEPHighThroughputCandidate", ("deep_ep",)),
-    order=dict(blackwell=3, others=1), sglang=("deepep", "--deepep-mode", "normal"),
+    order=dict(blackwell=3, others=1),
+    sglang=("deepep", "--deepep-mode", "normal"),
 )
 
 DEEPEP_LOW_LATENCY = _single(
-    "deepep_low_latency", "DeepEP low-latency kernels (RDMA/NVLink, graph-safe), for decode",
-    All2AllRules(device_types=fs("cuda"), compute_capabilities=(CCRange((9, 0), (10, 3)),),
-                 quant_dtypes=fs("bf16", "fp8"),
-                 ep_sizes=multiple_of(1, 2),
-                 hidden_sizes=multiple_of(1),
-                 features=NODES | fs(F.CUDA_GRAPHS), interconnect="nvlink"),
+    "deepep_low_latency",
+    "DeepEP low-latency kernels (RDMA/NVLink, graph-safe), for decode",
+    All2AllRules(
+        device_types=fs("cuda"),
+        compute_capabilities=(CCRange((9, 0), (10, 3)),),
+        quant_dtypes=fs("bf16", "fp8"),
+        ep_sizes=multiple_of(1, 2),
+        hidden_sizes=multiple_of(1),
+        features=NODES | fs(F.CUDA_GRAPHS),
+        interconnect="nvlink",
+    ),
     (DEEP_EP,),
     {
         "device_types": f"{A2A} DeepEPLLAll2AllManager",
@@ -157,13 +222,21 @@ DEEPEP_LOW_LATENCY = _single(
         "packages": "deep_ep",
     },
     probe=Probe(f"{PROBES}.deepep:DeepEPLowLatencyCandidate", ("deep_ep",)),
-    order=dict(blackwell=2, others=0), sglang=("deepep", "--deepep-mode", "low_latency"),
+    order=dict(blackwell=2, others=0),
+    sglang=("deepep", "--deepep-mode", "low_latency"),
 )
 
 PPLX = _single(
-    "pplx", "Perplexity pplx-kernels all-to-all (NVSHMEM)",
-    All2AllRules(device_types=fs("cuda"), compute_capabilities=(CCRange((9, 0)),), quant_dtypes=fs("bf16", "fp8"),
-                 ep_sizes=multiple_of(1, 2), hidden_sizes=multiple_of(1), features=NODES | fs(F.CUDA_GRAPHS)),
+    "pplx",
+    "Perplexity pplx-kernels all-to-all (NVSHMEM)",
+    All2AllRules(
+        device_types=fs("cuda"),
+        compute_capabilities=(CCRange((9, 0)),),
+        quant_dtypes=fs("bf16", "fp8"),
+        ep_sizes=multiple_of(1, 2),
+        hidden_sizes=multiple_of(1),
+        features=NODES | fs(F.CUDA_GRAPHS),
+    ),
     (PackageRequirement("pplx-kernels", "", "pplx all-to-all kernels", alternatives=("pplx_kernels",)),),
     {
         "device_types": f"{A2A} PPLXAll2AllManager (older vLLM)",
@@ -175,16 +248,31 @@ PPLX = _single(
         "packages": "pplx_kernels",
     },
     notes=("removed from recent vLLM: its validator falls back to allgather_reducescatter",),
-    probe=Probe(f"{PROBES}.pplx:PPLXCandidate", ("pplx_kernels",)), order=dict(blackwell=7, others=3),
+    probe=Probe(f"{PROBES}.pplx:PPLXCandidate", ("pplx_kernels",)),
+    order=dict(blackwell=7, others=3),
 )
 
 FLASHINFER_NVLINK_ONE_SIDED = _single(
-    "flashinfer_nvlink_one_sided", "FlashInfer/TRT-LLM MoeAlltoAll one-sided kernels over (MN)NVLink",
-    All2AllRules(device_types=fs("cuda"), compute_capabilities=(CCRange((9, 0)),), quant_dtypes=fs("nvfp4"),
-                 ep_sizes=multiple_of(1, 2, 64), hidden_sizes=multiple_of(1), max_topk=8,
-                 features=NODES | fs(F.CUDA_GRAPHS), interconnect="nvlink"),
-    (PackageRequirement("flashinfer-python", ">=0.5.0", "flashinfer.comm.trtllm_moe_alltoall.MoeAlltoAll",
-                        alternatives=("flashinfer",)),),
+    "flashinfer_nvlink_one_sided",
+    "FlashInfer/TRT-LLM MoeAlltoAll one-sided kernels over (MN)NVLink",
+    All2AllRules(
+        device_types=fs("cuda"),
+        compute_capabilities=(CCRange((9, 0)),),
+        quant_dtypes=fs("nvfp4"),
+        ep_sizes=multiple_of(1, 2, 64),
+        hidden_sizes=multiple_of(1),
+        max_topk=8,
+        features=NODES | fs(F.CUDA_GRAPHS),
+        interconnect="nvlink",
+    ),
+    (
+        PackageRequirement(
+            "flashinfer-python",
+            ">=0.5.0",
+            "flashinfer.comm.trtllm_moe_alltoall.MoeAlltoAll",
+            alternatives=("flashinfer",),
+        ),
+    ),
     {
         "device_types": f"{A2A} FlashInferNVLinkOneSidedManager",
         "compute_capabilities": "flashinfer comm/trtllm_moe_alltoall.py: no arch gate in Python (MNNVL memory)",
@@ -198,24 +286,37 @@ FLASHINFER_NVLINK_ONE_SIDED = _single(
         "for CUDA graphs",
         "packages": "flashinfer-python with trtllm_moe_alltoall",
     },
-    hazards=(Hazard(
-        ep_sizes=ints(2),
-        message="at EP 2 its kernels failed whenever a rank's token count was odd (1, 3, 5, 17, 33 tokens: "
-        "'CUDA error: misaligned address' or an abort; 2 to 24 even counts were correct): pad each rank's "
-        "batch to an even number of tokens",
-        source="hwtune measurement, flashinfer 0.6.18.post1 on 2 x H200, 2026-11-21 (docs/all2all.md)",
-    ),),
+    hazards=(
+        Hazard(
+            ep_sizes=ints(2),
+            message="at EP 2 its kernels failed whenever a rank's token count was odd (1, 3, 5, 17, 33 tokens: "
+            "'CUDA error: misaligned address' or an abort; 2 to 24 even counts were correct): pad each rank's "
+            "batch to an even number of tokens",
+            source="hwtune measurement, flashinfer 0.6.18.post1 on 2 x H200, 2026-11-21 (docs/all2all.md)",
+        ),
+    ),
     probe=Probe(f"{PROBES}.flashinfer_one_sided:OneSidedCandidate", ("flashinfer",)),
-    order=dict(blackwell=0, others=7), sglang=("flashinfer",),
+    order=dict(blackwell=0, others=7),
+    sglang=("flashinfer",),
 )
 
 FLASHINFER_NVLINK_TWO_SIDED = _single(
-    "flashinfer_nvlink_two_sided", "FlashInfer MnnvlMoe two-sided all-to-all-v over (MN)NVLink",
-    All2AllRules(device_types=fs("cuda"), compute_capabilities=(CCRange((9, 0)),),
-                 quant_dtypes=fs("bf16", "fp16", "fp8", "nvfp4"), ep_sizes=multiple_of(1, 2),
-                 hidden_sizes=multiple_of(1), features=NODES, interconnect="nvlink"),
-    (PackageRequirement("flashinfer-python", ">=0.3.0", "flashinfer.comm.trtllm_alltoall.MnnvlMoe",
-                        alternatives=("flashinfer",)),),
+    "flashinfer_nvlink_two_sided",
+    "FlashInfer MnnvlMoe two-sided all-to-all-v over (MN)NVLink",
+    All2AllRules(
+        device_types=fs("cuda"),
+        compute_capabilities=(CCRange((9, 0)),),
+        quant_dtypes=fs("bf16", "fp16", "fp8", "nvfp4"),
+        ep_sizes=multiple_of(1, 2),
+        hidden_sizes=multiple_of(1),
+        features=NODES,
+        interconnect="nvlink",
+    ),
+    (
+        PackageRequirement(
+            "flashinfer-python", ">=0.3.0", "flashinfer.comm.trtllm_alltoall.MnnvlMoe", alternatives=("flashinfer",)
+        ),
+    ),
     {
         "device_types": f"{A2A} FlashInferNVLinkTwoSidedManager (was flashinfer_all2allv)",
         "compute_capabilities": "flashinfer comm/trtllm_alltoall.py: MNNVL memory, no arch gate in Python",
@@ -227,10 +328,17 @@ FLASHINFER_NVLINK_TWO_SIDED = _single(
         "packages": "flashinfer-python",
     },
     probe=Probe(f"{PROBES}.flashinfer_two_sided:TwoSidedCandidate", ("flashinfer",)),
-    order=dict(blackwell=1, others=6), sglang=("flashinfer",),
+    order=dict(blackwell=1, others=6),
+    sglang=("flashinfer",),
 )
 
 ALL2ALL_BACKENDS: tuple[Backend, ...] = (
-    NAIVE, ALLGATHER_REDUCESCATTER, DEEPEP_HIGH_THROUGHPUT, DEEPEP_LOW_LATENCY, FLASHINFER_NVLINK_ONE_SIDED,
-    FLASHINFER_NVLINK_TWO_SIDED, PPLX, NCCL_ALLTOALLV,
+    NAIVE,
+    ALLGATHER_REDUCESCATTER,
+    DEEPEP_HIGH_THROUGHPUT,
+    DEEPEP_LOW_LATENCY,
+    FLASHINFER_NVLINK_ONE_SIDED,
+    FLASHINFER_NVLINK_TWO_SIDED,
+    PPLX,
+    NCCL_ALLTOALLV,
 )

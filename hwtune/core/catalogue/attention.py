@@ -50,8 +50,9 @@ def vllm(name: str) -> EngineFlags:
 
 def sglang(value: str, **by_tactic: str) -> EngineFlags:
     """SGLang's ``--attention-backend`` value (python/sglang/srt/server_args.py ATTENTION_BACKEND_CHOICES)."""
-    return EngineFlags(("--attention-backend", value),
-                       {t.replace("_", "-"): ("--attention-backend", v) for t, v in by_tactic.items()})
+    return EngineFlags(
+        ("--attention-backend", value), {t.replace("_", "-"): ("--attention-backend", v) for t, v in by_tactic.items()}
+    )
 
 
 FLASHINFER_PKG = PackageRequirement(
@@ -70,8 +71,10 @@ FLASHINFER = Backend(
     # vLLM uses trtllm-gen on SM100 (vllm/utils/flashinfer.py use_trtllm_attention), fa2/fa3 elsewhere;
     # FlashInfer's own auto prefill picks fa3 on SM90 (flashinfer/utils.py determine_attention_backend).
     tactic_order={
-        "blackwell": {"decode": ("trtllm-gen", "xqa", "fa2-tc", "fa2", "cute-dsl"),
-                      "prefill": ("trtllm-gen", "fa2-tc", "cute-dsl", "cudnn")},
+        "blackwell": {
+            "decode": ("trtllm-gen", "xqa", "fa2-tc", "fa2", "cute-dsl"),
+            "prefill": ("trtllm-gen", "fa2-tc", "cute-dsl", "cudnn"),
+        },
         "ampere_hopper": {"decode": ("fa2-tc", "fa2", "xqa", "fa3"), "prefill": ("fa3", "fa2-tc", "cudnn")},
     },
     quick=True,
@@ -90,7 +93,8 @@ FLASHINFER = Backend(
     packages=(FLASHINFER_PKG,),
     tactics=(
         Tactic(
-            "fa2", DECODE,
+            "fa2",
+            DECODE,
             AttentionRules(features=_FI_BASE_FEATURES - {F.SPEC_DECODE}, gqa_groups=ints(1, 2, 3, 4, 6, 8)),
             compile_s=12,
             summary="decode: BatchDecode on CUDA cores (use_tensor_cores=False)",
@@ -100,14 +104,16 @@ FLASHINFER = Backend(
             },
         ),
         Tactic(
-            "fa2-tc", BOTH,
+            "fa2-tc",
+            BOTH,
             AttentionRules(features=_FI_BASE_FEATURES),
             compile_s=28,
             summary="fa2 on tensor cores: BatchPrefill backend='fa2'; decode via use_tensor_cores=True",
             sources={"features": f"{FI} decode.py: use_tensor_cores runs the prefill kernel; return_lse"},
         ),
         Tactic(
-            "fa3", BOTH,
+            "fa3",
+            BOTH,
             AttentionRules(
                 compute_capabilities=(CCRange((9, 0), (9, 0)),),
                 kv_cache_dtypes=KV_16BIT,
@@ -122,7 +128,8 @@ FLASHINFER = Backend(
             },
         ),
         Tactic(
-            "xqa", DECODE,
+            "xqa",
+            DECODE,
             AttentionRules(
                 compute_capabilities=(CCRange((9, 0), (9, 0)), CCRange((10, 0), (10, 3)), CCRange((12, 0), (12, 1))),
                 kv_cache_dtypes=fs("auto", "float16", "bfloat16", "fp8_e4m3"),
@@ -139,7 +146,8 @@ FLASHINFER = Backend(
             },
         ),
         Tactic(
-            "cudnn", PREFILL,
+            "cudnn",
+            PREFILL,
             AttentionRules(
                 compute_capabilities=(CCRange((8, 0)),),
                 kv_cache_dtypes=KV_16BIT,
@@ -158,15 +166,18 @@ FLASHINFER = Backend(
             },
         ),
         Tactic(
-            "trtllm-gen", BOTH,
+            "trtllm-gen",
+            BOTH,
             AttentionRules(
                 compute_capabilities=(CCRange((10, 0), (10, 3)),),
                 kv_layouts=fs("HND"),
                 features=fs(F.SINKS, F.SLIDING_WINDOW, F.SPEC_DECODE, F.CUDA_GRAPHS),
             ),
-            packages=(PackageRequirement(
-                "flashinfer-cubin", "", "precompiled trtllm-gen kernels (else downloaded from NVIDIA at first use)"
-            ),),
+            packages=(
+                PackageRequirement(
+                    "flashinfer-cubin", "", "precompiled trtllm-gen kernels (else downloaded from NVIDIA at first use)"
+                ),
+            ),
             summary="TensorRT-LLM generated kernels (Blackwell)",
             sources={
                 "compute_capabilities": f"{FI} tests: 'only guaranteed to work on SM100 and SM103'; "
@@ -178,7 +189,8 @@ FLASHINFER = Backend(
             },
         ),
         Tactic(
-            "cute-dsl", BOTH,
+            "cute-dsl",
+            BOTH,
             AttentionRules(
                 compute_capabilities=(CCRange((10, 0)),),
                 kv_cache_dtypes=KV_16BIT,
@@ -197,12 +209,14 @@ FLASHINFER = Backend(
     ),
     sources={
         "device_types": f"{VLLM}/flashinfer.py (CUDA platform only)",
-        "compute_capabilities": f"{VLLM}/flashinfer.py FlashInferBackend.supports_compute_capability: 7.5 <= cc <= 12.1",
+        "compute_capabilities": f"{VLLM}/flashinfer.py FlashInferBackend.supports_compute_capability: "
+        "7.5 <= cc <= 12.1",
         "dtypes": f"{VLLM}/flashinfer.py FlashInferBackend.supported_dtypes",
         "kv_cache_dtypes": f"{VLLM}/flashinfer.py supported_kv_cache_dtypes (fp8 is fp8_e4m3)",
         "head_sizes": f"{VLLM}/flashinfer.py get_supported_head_sizes -> [64, 128, 256]",
         "block_sizes": f"{VLLM}/flashinfer.py get_supported_kernel_block_sizes -> [16, 32, 64]",
-        "kv_layouts": f"{VLLM}/flashinfer.py get_kv_cache_stride_order (NHD, HND); {FI} utils.py _unpack_paged_kv_cache",
+        "kv_layouts": f"{VLLM}/flashinfer.py get_kv_cache_stride_order (NHD, HND); "
+        f"{FI} utils.py _unpack_paged_kv_cache",
         "gqa_groups": f"{VLLM}/flashinfer.py: num_qo_heads % num_kv_heads == 0 (any group via tensor cores)",
         "features": f"{VLLM}/flashinfer.py FlashInferImpl.can_return_lse_for_decode=True, window_left, "
         "logits_soft_cap; sinks only through TRTLLM (supports_sink)",
@@ -218,13 +232,19 @@ FLASH_ATTN = Backend(
     name="FLASH_ATTN",
     kind="attention",
     probe=Probe(f"{PROBES}.flash_attn:FlashAttnCandidate"),
-    engines={"vllm": vllm("FLASH_ATTN"), "sglang": EngineFlags(
-        by_tactic={"fa3": ("--attention-backend", "fa3"), "fa4": ("--attention-backend", "fa4")},
-        missing="SGLang's FlashAttention backend is fa3/fa4; the selected tactic {tactic} has no SGLang flag")},
+    engines={
+        "vllm": vllm("FLASH_ATTN"),
+        "sglang": EngineFlags(
+            by_tactic={"fa3": ("--attention-backend", "fa3"), "fa4": ("--attention-backend", "fa4")},
+            missing="SGLang's FlashAttention backend is fa3/fa4; the selected tactic {tactic} has no SGLang flag",
+        ),
+    },
     priority=priority(blackwell=1, others=0),
     # FLASH_ATTN's default version is FA3 on SM90, FA4 on SM10x, FA2 otherwise (vllm fa_utils.py).
-    tactic_order={"blackwell": {"decode": ("fa4", "fa2"), "prefill": ("fa4", "fa2")},
-                  "ampere_hopper": {"decode": ("fa3", "fa2"), "prefill": ("fa3", "fa2")}},
+    tactic_order={
+        "blackwell": {"decode": ("fa4", "fa2"), "prefill": ("fa4", "fa2")},
+        "ampere_hopper": {"decode": ("fa3", "fa2"), "prefill": ("fa3", "fa2")},
+    },
     quick=True,
     summary="FlashAttention varlen with a paged KV cache (flash_attn / vllm_flash_attn)",
     rules=AttentionRules(
@@ -238,32 +258,51 @@ FLASH_ATTN = Backend(
         gqa_groups=multiple_of(1),
         features=_FA_FEATURES | fs(F.SINKS),
     ),
-    packages=(PackageRequirement("flash-attn", ">=2.5", "flash_attn_varlen_func with block_table",
-                                 alternatives=("vllm",)),),
+    packages=(
+        PackageRequirement("flash-attn", ">=2.5", "flash_attn_varlen_func with block_table", alternatives=("vllm",)),
+    ),
     tactics=(
-        Tactic("fa2", BOTH, AttentionRules(kv_cache_dtypes=KV_16BIT, features=_FA_FEATURES),
-               summary="FlashAttention-2",
-               sources={"kv_cache_dtypes": f"{VLLM}/fa_utils.py flash_attn_supports_fp8: FA3 on SM90 only"}),
-        Tactic("fa3", BOTH,
-               AttentionRules(compute_capabilities=(CCRange((9, 0), (9, 0)),), features=_FA_FEATURES | fs(F.SINKS)),
-               packages=(PackageRequirement("flash-attn-3", "", "FlashAttention-3 (Hopper)",
-                                            alternatives=("vllm", "flash_attn_3")),),
-               summary="FlashAttention-3 (Hopper)",
-               sources={
-                   "compute_capabilities": f"{VLLM}/fa_utils.py get_flash_attn_version: FA3 when major == 9",
-                   "features": f"{VLLM}/flash_attn.py supports_sink: FA3 only",
-                   "kv_cache_dtypes": f"{VLLM}/fa_utils.py get_fp8_dtype_for_flashattn: e4m3 only",
-               }),
-        Tactic("fa4", BOTH,
-               AttentionRules(compute_capabilities=(CCRange((10, 0)),), kv_cache_dtypes=KV_16BIT,
-                              head_sizes=multiple_of(8, 8, 128), features=_FA_FEATURES),
-               packages=(PackageRequirement("vllm", "", "FA4 ships with vllm_flash_attn",
-                                            alternatives=("flash-attn-4",)),),
-               summary="FlashAttention-4 (CuTe DSL, Blackwell)",
-               sources={
-                   "compute_capabilities": f"{VLLM}/fa_utils.py: FA4 when major >= 10",
-                   "head_sizes": f"{VLLM}/fa_utils.py: FA4 with head_size > 128 on SM10x falls back to FA2",
-               }),
+        Tactic(
+            "fa2",
+            BOTH,
+            AttentionRules(kv_cache_dtypes=KV_16BIT, features=_FA_FEATURES),
+            summary="FlashAttention-2",
+            sources={"kv_cache_dtypes": f"{VLLM}/fa_utils.py flash_attn_supports_fp8: FA3 on SM90 only"},
+        ),
+        Tactic(
+            "fa3",
+            BOTH,
+            AttentionRules(compute_capabilities=(CCRange((9, 0), (9, 0)),), features=_FA_FEATURES | fs(F.SINKS)),
+            packages=(
+                PackageRequirement(
+                    "flash-attn-3", "", "FlashAttention-3 (Hopper)", alternatives=("vllm", "flash_attn_3")
+                ),
+            ),
+            summary="FlashAttention-3 (Hopper)",
+            sources={
+                "compute_capabilities": f"{VLLM}/fa_utils.py get_flash_attn_version: FA3 when major == 9",
+                "features": f"{VLLM}/flash_attn.py supports_sink: FA3 only",
+                "kv_cache_dtypes": f"{VLLM}/fa_utils.py get_fp8_dtype_for_flashattn: e4m3 only",
+            },
+        ),
+        Tactic(
+            "fa4",
+            BOTH,
+            AttentionRules(
+                compute_capabilities=(CCRange((10, 0)),),
+                kv_cache_dtypes=KV_16BIT,
+                head_sizes=multiple_of(8, 8, 128),
+                features=_FA_FEATURES,
+            ),
+            packages=(
+                PackageRequirement("vllm", "", "FA4 ships with vllm_flash_attn", alternatives=("flash-attn-4",)),
+            ),
+            summary="FlashAttention-4 (CuTe DSL, Blackwell)",
+            sources={
+                "compute_capabilities": f"{VLLM}/fa_utils.py: FA4 when major >= 10",
+                "head_sizes": f"{VLLM}/fa_utils.py: FA4 with head_size > 128 on SM10x falls back to FA2",
+            },
+        ),
     ),
     sources={
         "device_types": f"{VLLM}/flash_attn.py (CUDA)",
@@ -305,8 +344,14 @@ TRITON_ATTN = Backend(
     packages=(PackageRequirement("triton", ">=3.0", "JIT-compiled kernels"),),
     tactics=(
         Tactic("auto", BOTH, AttentionRules(), summary="heuristic tile sizes and KV splits per shape", compile_s=10),
-        Tactic("tuned", BOTH, AttentionRules(), summary="tile sizes, KV splits, warps, stages searched per workload",
-               compile_s=60, quick=False),
+        Tactic(
+            "tuned",
+            BOTH,
+            AttentionRules(),
+            summary="tile sizes, KV splits, warps, stages searched per workload",
+            compile_s=60,
+            quick=False,
+        ),
     ),
     sources={
         "device_types": "hwtune/kernels/triton_attention.py (Triton on CUDA)",
@@ -370,14 +415,22 @@ TORCH_SDPA = Backend(
     name="TORCH_SDPA",
     kind="attention",
     probe=Probe(f"{PROBES}.sdpa:SdpaCandidate"),
-    engines={"vllm": EngineFlags(missing="vLLM has no TORCH_SDPA attention backend for decoder models on CUDA; "
-                                 "pick another ranked backend (see `ranked`) or choose one with --backend"),
-             "sglang": sglang("torch_native")},
+    engines={
+        "vllm": EngineFlags(
+            missing="vLLM has no TORCH_SDPA attention backend for decoder models on CUDA; "
+            "pick another ranked backend (see `ranked`) or choose one with --backend"
+        ),
+        "sglang": sglang("torch_native"),
+    },
     # Not in vLLM's CUDA list: hwtune's portable last resort; first on CPU (vLLM's CPU path is SDPA-like).
     priority=priority(blackwell=4, others=4, cpu=0),
-    tactic_order={"cpu": {"decode": ("math",), "prefill": ("math",)},
-                  "ampere_hopper": {"decode": ("flash", "efficient", "cudnn", "math"),
-                                    "prefill": ("flash", "cudnn", "efficient", "math")}},
+    tactic_order={
+        "cpu": {"decode": ("math",), "prefill": ("math",)},
+        "ampere_hopper": {
+            "decode": ("flash", "efficient", "cudnn", "math"),
+            "prefill": ("flash", "cudnn", "efficient", "math"),
+        },
+    },
     summary="KV gathered from the pages, then scaled_dot_product_attention (the gather is timed)",
     rules=AttentionRules(
         device_types=fs("cuda", "cpu"),
@@ -393,17 +446,39 @@ TORCH_SDPA = Backend(
     packages=(PackageRequirement("torch", ">=2.5", "scaled_dot_product_attention(enable_gqa=)"),),
     needs_cuda_torch=False,
     tactics=(
-        Tactic("flash", BOTH, AttentionRules(device_types=CUDA, compute_capabilities=(CCRange((8, 0)),),
-                                             dtypes=FP16_BF16, head_sizes=multiple_of(8, 8, 256)),
-               summary="SDPBackend.FLASH_ATTENTION",
-               sources={"head_sizes": "torch sdp_utils.cpp check_head_dim_size_flash: <= 256, multiple of 8"}),
-        Tactic("efficient", BOTH, AttentionRules(device_types=CUDA),
-               summary="SDPBackend.EFFICIENT_ATTENTION (memory-efficient, xformers-derived)"),
-        Tactic("cudnn", BOTH, AttentionRules(device_types=CUDA, compute_capabilities=(CCRange((9, 0)),),
-                                             dtypes=FP16_BF16, head_sizes=multiple_of(8, 8, 128)),
-               summary="SDPBackend.CUDNN_ATTENTION",
-               sources={"compute_capabilities": "torch sdp_utils.cpp check_cudnn_hardware_support (sm90+ default)",
-                        "head_sizes": "torch sdp_utils.cpp check_cudnn_tensor_shapes: head dim <= 128"}),
+        Tactic(
+            "flash",
+            BOTH,
+            AttentionRules(
+                device_types=CUDA,
+                compute_capabilities=(CCRange((8, 0)),),
+                dtypes=FP16_BF16,
+                head_sizes=multiple_of(8, 8, 256),
+            ),
+            summary="SDPBackend.FLASH_ATTENTION",
+            sources={"head_sizes": "torch sdp_utils.cpp check_head_dim_size_flash: <= 256, multiple of 8"},
+        ),
+        Tactic(
+            "efficient",
+            BOTH,
+            AttentionRules(device_types=CUDA),
+            summary="SDPBackend.EFFICIENT_ATTENTION (memory-efficient, xformers-derived)",
+        ),
+        Tactic(
+            "cudnn",
+            BOTH,
+            AttentionRules(
+                device_types=CUDA,
+                compute_capabilities=(CCRange((9, 0)),),
+                dtypes=FP16_BF16,
+                head_sizes=multiple_of(8, 8, 128),
+            ),
+            summary="SDPBackend.CUDNN_ATTENTION",
+            sources={
+                "compute_capabilities": "torch sdp_utils.cpp check_cudnn_hardware_support (sm90+ default)",
+                "head_sizes": "torch sdp_utils.cpp check_cudnn_tensor_shapes: head dim <= 128",
+            },
+        ),
         Tactic("math", BOTH, AttentionRules(), summary="SDPBackend.MATH (reference-grade, runs on CPU)"),
     ),
     sources={
@@ -426,9 +501,13 @@ TURBOQUANT = Backend(
     name="TURBOQUANT",
     kind="attention",
     probe=Probe(f"{PROBES}.turboquant:TurboQuantCandidate", ("triton",)),
-    engines={"vllm": vllm("TURBOQUANT"),
-             "sglang": EngineFlags(missing="SGLang has no TurboQuant KV-cache attention backend; serve "
-                                   "turboquant_* KV caches with vLLM, or pick another kv-cache dtype")},
+    engines={
+        "vllm": vllm("TURBOQUANT"),
+        "sglang": EngineFlags(
+            missing="SGLang has no TurboQuant KV-cache attention backend; serve "
+            "turboquant_* KV caches with vLLM, or pick another kv-cache dtype"
+        ),
+    },
     # Last, as vLLM appends it: it only wins where it is the only valid backend (turboquant_* kv caches).
     priority=priority(blackwell=5, others=5),
     quick=True,
@@ -445,8 +524,9 @@ TURBOQUANT = Backend(
         features=fs(F.DECODE_LSE, F.SPEC_DECODE),
     ),
     packages=(PackageRequirement("triton", ">=3.0", "JIT-compiled kernels"),),
-    tactics=(Tactic("auto", BOTH, AttentionRules(), summary="split-KV decode and chunked prefill on codes",
-                    compile_s=10),),
+    tactics=(
+        Tactic("auto", BOTH, AttentionRules(), summary="split-KV decode and chunked prefill on codes", compile_s=10),
+    ),
     sources={
         "device_types": "hwtune/kernels/turboquant.py (Triton on CUDA)",
         "compute_capabilities": "hwtune/kernels/turboquant.py (bf16 tl.dot: SM 8.0+)",
@@ -455,7 +535,7 @@ TURBOQUANT = Backend(
         "head_sizes": "Hadamard rotation needs a power-of-two head size",
         "block_sizes": "hwtune/kernels/turboquant.py: page sizes 16 to 128",
         "kv_layouts": "hwtune/kernels/turboquant.py: allocate_cache(layout='NHD' | 'HND'); both "
-                      "pass tests/kernels/test_gpu.py on an H100 (HND decodes faster: docs/kernels.md)",
+        "pass tests/kernels/test_gpu.py on an H100 (HND decodes faster: docs/kernels.md)",
         "gqa_groups": "hwtune/kernels/turboquant.py",
         "features": "hwtune/kernels/turboquant.py returns LSE; multi-token decode queries",
         "packages": "triton",
@@ -464,5 +544,10 @@ TURBOQUANT = Backend(
 )
 
 ATTENTION_BACKENDS: tuple[Backend, ...] = (
-    FLASHINFER, FLASH_ATTN, TRITON_ATTN, FLEX_ATTENTION, TURBOQUANT, TORCH_SDPA,
+    FLASHINFER,
+    FLASH_ATTN,
+    TRITON_ATTN,
+    FLEX_ATTENTION,
+    TURBOQUANT,
+    TORCH_SDPA,
 )

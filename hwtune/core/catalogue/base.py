@@ -179,8 +179,13 @@ FAMILIES: tuple[str, ...] = ("blackwell", "blackwell_consumer", "ampere_hopper",
 def priority(*, blackwell: int | None = None, others: int | None = None, cpu: int | None = None) -> Mapping[str, int]:
     """A backend's place in each family's static order (0 first); ``others`` = SM 8.x/9.x, SM 12.x and other
     CUDA GPUs, which every supported engine orders alike; None = not in that family's list."""
-    places = {"blackwell": blackwell, "blackwell_consumer": others, "ampere_hopper": others, "other": others,
-              "cpu": cpu}
+    places = {
+        "blackwell": blackwell,
+        "blackwell_consumer": others,
+        "ampere_hopper": others,
+        "other": others,
+        "cpu": cpu,
+    }
     return {family: place for family, place in places.items() if place is not None}
 
 

@@ -29,13 +29,16 @@ def _backend(b: Backend) -> list[str]:
         value = getattr(b.rules, name)
         if value is not None:
             lines.append(f"| {name} | {_v(value)} | {b.sources.get(name, '')} |")
-    pkgs = ", ".join(r.describe() + (f" (or {', '.join(r.alternatives)})" if r.alternatives else "")
-                     for r in b.packages) or "-"
+    pkgs = (
+        ", ".join(r.describe() + (f" (or {', '.join(r.alternatives)})" if r.alternatives else "") for r in b.packages)
+        or "-"
+    )
     lines.append(f"| packages | {pkgs} | {b.sources.get('packages', '')} |")
     lines += ["", "| tactic | phases | narrows | summary |", "| --- | --- | --- | --- |"]
     for t in b.tactics:
-        narrows = "; ".join(f"{n}: {_v(getattr(t.rules, n))}" for n in t.rules.__dataclass_fields__
-                            if getattr(t.rules, n) is not None)
+        narrows = "; ".join(
+            f"{n}: {_v(getattr(t.rules, n))}" for n in t.rules.__dataclass_fields__ if getattr(t.rules, n) is not None
+        )
         lines.append(f"| {t.name} | {', '.join(sorted(t.phases))} | {narrows or '-'} | {t.summary} |")
     for note in b.notes:
         lines.append(f"\nNote: {note}")

@@ -41,22 +41,41 @@ _COMMON_SOURCES = {
 }
 
 
-def _mla(name: str, summary: str, rules: AttentionRules, packages: tuple[PackageRequirement, ...],
-         sources: dict[str, str], *, order: dict[str, int], sglang_flags: EngineFlags) -> Backend:
+def _mla(
+    name: str,
+    summary: str,
+    rules: AttentionRules,
+    packages: tuple[PackageRequirement, ...],
+    sources: dict[str, str],
+    *,
+    order: dict[str, int],
+    sglang_flags: EngineFlags,
+) -> Backend:
     return Backend(
-        name=name, kind="attention", summary=summary, rules=rules, packages=packages,
-        engines={"vllm": vllm(name), "sglang": sglang_flags}, priority=priority(**order),
+        name=name,
+        kind="attention",
+        summary=summary,
+        rules=rules,
+        packages=packages,
+        engines={"vllm": vllm(name), "sglang": sglang_flags},
+        priority=priority(**order),
         tactics=(Tactic("default", BOTH, AttentionRules(), summary="the backend's own kernel"),),
         sources={**_COMMON_SOURCES, "tactics": "one kernel per backend", **sources},
     )
 
 
 FLASHINFER_MLA = _mla(
-    "FLASHINFER_MLA", "FlashInfer trtllm-gen MLA decode (Blackwell)",
+    "FLASHINFER_MLA",
+    "FlashInfer trtllm-gen MLA decode (Blackwell)",
     AttentionRules(
-        device_types=CUDA, compute_capabilities=(CCRange((10, 0), (10, 3)),), dtypes=FP16_BF16,
-        kv_cache_dtypes=fs("auto", "float16", "bfloat16", "fp8_e4m3"), head_sizes=LATENT,
-        block_sizes=ints(32, 64), kv_layouts=fs("NHD"), gqa_groups=multiple_of(1),
+        device_types=CUDA,
+        compute_capabilities=(CCRange((10, 0), (10, 3)),),
+        dtypes=FP16_BF16,
+        kv_cache_dtypes=fs("auto", "float16", "bfloat16", "fp8_e4m3"),
+        head_sizes=LATENT,
+        block_sizes=ints(32, 64),
+        kv_layouts=fs("NHD"),
+        gqa_groups=multiple_of(1),
         features=fs(F.MLA, F.SPEC_DECODE, F.CUDA_GRAPHS),
     ),
     (FLASHINFER_PKG, VLLM_PKG),
@@ -68,15 +87,22 @@ FLASHINFER_MLA = _mla(
         "differs between vLLM versions (older cuda.py: 'FlashInferMLA doesn't return LSE for DCP'): not declared",
         "packages": "flashinfer-python + vllm",
     },
-    order=dict(blackwell=0, others=1), sglang_flags=sglang("flashinfer"),
+    order=dict(blackwell=0, others=1),
+    sglang_flags=sglang("flashinfer"),
 )
 
 CUTLASS_MLA = _mla(
-    "CUTLASS_MLA", "vLLM's CUTLASS SM100 MLA decode",
+    "CUTLASS_MLA",
+    "vLLM's CUTLASS SM100 MLA decode",
     AttentionRules(
-        device_types=CUDA, compute_capabilities=(CCRange((10, 0), (10, 3)),), dtypes=FP16_BF16,
-        kv_cache_dtypes=fs("auto", "float16", "bfloat16", "fp8_e4m3"), head_sizes=LATENT,
-        block_sizes=ints(128), kv_layouts=fs("NHD"), gqa_groups=multiple_of(1, 1, 128),
+        device_types=CUDA,
+        compute_capabilities=(CCRange((10, 0), (10, 3)),),
+        dtypes=FP16_BF16,
+        kv_cache_dtypes=fs("auto", "float16", "bfloat16", "fp8_e4m3"),
+        head_sizes=LATENT,
+        block_sizes=ints(128),
+        kv_layouts=fs("NHD"),
+        gqa_groups=multiple_of(1, 1, 128),
         features=fs(F.MLA, F.DECODE_LSE, F.CUDA_GRAPHS),
     ),
     (VLLM_PKG,),
@@ -88,15 +114,22 @@ CUTLASS_MLA = _mla(
         "features": f"{MLA}/cutlass_mla.py can_return_lse_for_decode=True; UNIFORM_SINGLE_TOKEN_DECODE graphs",
         "packages": "vllm _C ops.sm100_cutlass_mla_decode",
     },
-    order=dict(blackwell=1, others=3), sglang_flags=sglang("cutlass_mla"),
+    order=dict(blackwell=1, others=3),
+    sglang_flags=sglang("cutlass_mla"),
 )
 
 FLASHMLA = _mla(
-    "FLASHMLA", "DeepSeek FlashMLA decode (Hopper and Blackwell)",
+    "FLASHMLA",
+    "DeepSeek FlashMLA decode (Hopper and Blackwell)",
     AttentionRules(
-        device_types=CUDA, compute_capabilities=(CCRange((9, 0), (10, 3)),), dtypes=FP16_BF16,
-        kv_cache_dtypes=fs("auto", "float16", "bfloat16", "fp8_e4m3"), head_sizes=LATENT,
-        block_sizes=ints(64), kv_layouts=fs("NHD"), gqa_groups=multiple_of(1),
+        device_types=CUDA,
+        compute_capabilities=(CCRange((9, 0), (10, 3)),),
+        dtypes=FP16_BF16,
+        kv_cache_dtypes=fs("auto", "float16", "bfloat16", "fp8_e4m3"),
+        head_sizes=LATENT,
+        block_sizes=ints(64),
+        kv_layouts=fs("NHD"),
+        gqa_groups=multiple_of(1),
         features=fs(F.MLA, F.DECODE_LSE, F.SPEC_DECODE, F.CUDA_GRAPHS),
     ),
     (PackageRequirement("vllm", "", "FlashMLA ships in vLLM", alternatives=("flash-mla", "flash_mla")),),
@@ -108,15 +141,22 @@ FLASHMLA = _mla(
         "UNIFORM_BATCH graphs",
         "packages": "vllm.v1.attention.ops.flashmla",
     },
-    order=dict(blackwell=2, others=0), sglang_flags=sglang("flashmla"),
+    order=dict(blackwell=2, others=0),
+    sglang_flags=sglang("flashmla"),
 )
 
 TRITON_MLA = _mla(
-    "TRITON_MLA", "vLLM's Triton MLA decode (any CUDA GPU)",
+    "TRITON_MLA",
+    "vLLM's Triton MLA decode (any CUDA GPU)",
     AttentionRules(
-        device_types=CUDA, compute_capabilities=(CCRange((8, 0)),), dtypes=FP16_BF16,
-        kv_cache_dtypes=fs("auto", "float16", "bfloat16", "fp8_e4m3"), head_sizes=LATENT,
-        block_sizes=multiple_of(16, 16), kv_layouts=fs("NHD"), gqa_groups=multiple_of(1),
+        device_types=CUDA,
+        compute_capabilities=(CCRange((8, 0)),),
+        dtypes=FP16_BF16,
+        kv_cache_dtypes=fs("auto", "float16", "bfloat16", "fp8_e4m3"),
+        head_sizes=LATENT,
+        block_sizes=multiple_of(16, 16),
+        kv_layouts=fs("NHD"),
+        gqa_groups=multiple_of(1),
         features=fs(F.MLA, F.DECODE_LSE),
     ),
     (VLLM_PKG, PackageRequirement("triton", ">=3.0", "Triton kernels")),
@@ -128,7 +168,8 @@ TRITON_MLA = _mla(
         "no cudagraph support declared",
         "packages": "vllm + triton",
     },
-    order=dict(blackwell=3, others=2), sglang_flags=sglang("triton"),
+    order=dict(blackwell=3, others=2),
+    sglang_flags=sglang("triton"),
 )
 
 MLA_BACKENDS: tuple[Backend, ...] = (FLASHINFER_MLA, TRITON_MLA, CUTLASS_MLA, FLASHMLA)

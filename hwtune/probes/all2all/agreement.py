@@ -56,9 +56,7 @@ def choose_backend_collectively(local_timings: Mapping[str, float | None], *, gr
     dist.all_gather_object(gathered, dict(local_timings), group=group)
     mine = choose_backend({r: t for r, t in enumerate(gathered)})
     root = [mine]
-    dist.broadcast_object_list(
-        root, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group
-    )
+    dist.broadcast_object_list(root, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
     if root[0] != mine:
         raise RuntimeError(
             f"rank {dist.get_rank(group)} chose {mine} but rank 0 chose {root[0]} from the same "

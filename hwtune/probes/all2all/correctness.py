@@ -40,13 +40,9 @@ class Sources:
         return self.batches[0].num_tokens
 
 
-def build_sources(
-    spec: All2AllSpec, tokens: int, routing: str, *, seed: int, device: torch.device
-) -> Sources:
+def build_sources(spec: All2AllSpec, tokens: int, routing: str, *, seed: int, device: torch.device) -> Sources:
     """Each rank's activations, routing and quantised payload, exactly as each rank builds its own."""
-    xs = [
-        make_hidden(tokens, spec.hidden_size, seed=seed, rank=r, device=device) for r in range(spec.ep_size)
-    ]
+    xs = [make_hidden(tokens, spec.hidden_size, seed=seed, rank=r, device=device) for r in range(spec.ep_size)]
     gscale = None
     if spec.quant_dtype == "nvfp4":  # static calibrated scale shared by all ranks (see payload.py)
         gscale = nvfp4_global_scale(max(float(x.float().abs().max()) for x in xs))
@@ -161,9 +157,7 @@ def verify_combine(out: torch.Tensor, batch: LocalBatch, spec: All2AllSpec, v: V
     if tuple(out.shape) != (t, h):
         v.fail(f"combine returned shape {tuple(out.shape)}; expected ({t}, {h})")
         return
-    ref = dequantize(batch.payload).to(out.device) * batch.topk_weights.to(out.device).float().sum(
-        1, keepdim=True
-    )
+    ref = dequantize(batch.payload).to(out.device) * batch.topk_weights.to(out.device).float().sum(1, keepdim=True)
     got = out.float()
     err = (got - ref).abs()
     tol = (spec.topk + 1) * BF16_UNIT * ref.abs() + 1e-6
@@ -204,9 +198,7 @@ def check_round(
 
 def agree(ctx: RankContext, v: Verdict) -> tuple[bool, str, dict[str, float]]:
     """Gather every rank's verdict; all ranks return the same (passed, message, worst figures)."""
-    verdicts = ctx.all_gather_object(
-        {"rank": v.rank, "passed": v.passed, "reasons": v.reasons, "figures": v.figures}
-    )
+    verdicts = ctx.all_gather_object({"rank": v.rank, "passed": v.passed, "reasons": v.reasons, "figures": v.figures})
     failed = [x for x in verdicts if not x["passed"]]
     figures: dict[str, float] = {}
     for x in verdicts:
@@ -218,8 +210,5 @@ def agree(ctx: RankContext, v: Verdict) -> tuple[bool, str, dict[str, float]]:
     agreeing = [x["rank"] for x in verdicts if x["passed"]]
     if agreeing:
         who = "rank" if len(agreeing) == 1 else "ranks"
-        msg += (
-            f" ({who} {', '.join(map(str, agreeing))} saw correct results; "
-            "any disagreeing rank fails the trial)"
-        )
+        msg += f" ({who} {', '.join(map(str, agreeing))} saw correct results; any disagreeing rank fails the trial)"
     return False, msg, figures

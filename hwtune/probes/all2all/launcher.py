@@ -162,9 +162,7 @@ def _crash(rank: int, r: _Rank, index: int) -> ItemResult:
     else:
         what = f"rank {rank} exited with code {rc} without a result"
     tail = stderr_tail(r.err)
-    msg = f"{what} {_where(r, index)}" + (
-        f"; last lines of its stderr:\n{tail}" if tail else "; its stderr is empty"
-    )
+    msg = f"{what} {_where(r, index)}" + (f"; last lines of its stderr:\n{tail}" if tail else "; its stderr is empty")
     return ItemResult("crashed", msg, extra={"rank": rank, "exit_code": rc, "stderr_tail": tail})
 
 
@@ -198,9 +196,7 @@ def _agreed(results: list[dict[str, Any]]) -> ItemResult:
     )
 
 
-def _run_group(
-    spec: TrialSpec, timeout_s: float, env: Mapping[str, str] | None, settle_s: float
-) -> _GroupResult:
+def _run_group(spec: TrialSpec, timeout_s: float, env: Mapping[str, str] | None, settle_s: float) -> _GroupResult:
     tmp = Path(tempfile.mkdtemp(prefix="hwtune-a2a-"))
     spec = spec.with_port(free_port())
     (tmp / "spec.json").write_text(spec.to_json())
@@ -369,8 +365,7 @@ def run_trial(
             break
         start = at + 1
     out.results = [
-        r if r is not None else ItemResult("error", "not measured (internal: no result recorded)")
-        for r in results
+        r if r is not None else ItemResult("error", "not measured (internal: no result recorded)") for r in results
     ]
     out.wall_s = time.monotonic() - t0
     return out

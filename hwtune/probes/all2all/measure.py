@@ -85,10 +85,18 @@ def _preflight(
     return None, rejections
 
 
-def _record(wl: All2AllWorkload, backend: str, res: ItemResult, env: Environment, run_id: str | None,
-            device: str, extra: Mapping[str, Any]) -> MeasurementRecord:
-    return to_record("all2all", wl, backend, "default", res.to_dict(), env=env, run_id=run_id,
-                     extra={**extra, "device": device})
+def _record(
+    wl: All2AllWorkload,
+    backend: str,
+    res: ItemResult,
+    env: Environment,
+    run_id: str | None,
+    device: str,
+    extra: Mapping[str, Any],
+) -> MeasurementRecord:
+    return to_record(
+        "all2all", wl, backend, "default", res.to_dict(), env=env, run_id=run_id, extra={**extra, "device": device}
+    )
 
 
 def measure_all2all_sweep(
@@ -164,12 +172,17 @@ def measure_all2all_sweep(
             outcome = run_trial(trial, timeout_s=timeout_s, env=env)
             for wl, res in zip(group, outcome.results):
                 if explore and rejections and res.status == "ok":
-                    res.message = "measured although the catalogue rejects it (explore mode): " + " ".join(
-                        rejections
-                    )
+                    res.message = "measured although the catalogue rejects it (explore mode): " + " ".join(rejections)
                 records.append(
-                    _record(wl, backend.name, res, env_fp, run_id, device,
-                            {**extra, "groups_spawned": outcome.groups_spawned})
+                    _record(
+                        wl,
+                        backend.name,
+                        res,
+                        env_fp,
+                        run_id,
+                        device,
+                        {**extra, "groups_spawned": outcome.groups_spawned},
+                    )
                 )
     return records
 

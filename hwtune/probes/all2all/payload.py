@@ -55,9 +55,7 @@ class Payload:
         return sum(math.prod(p.shape[1:]) * p.element_size() for p in self.parts)
 
     def index_select(self, rows: torch.Tensor) -> Payload:
-        return Payload(
-            self.kind, [p.index_select(0, rows) for p in self.parts], self.hidden, self.global_scale
-        )
+        return Payload(self.kind, [p.index_select(0, rows) for p in self.parts], self.hidden, self.global_scale)
 
     def with_parts(self, parts: list[torch.Tensor]) -> Payload:
         return Payload(self.kind, parts, self.hidden, self.global_scale)
@@ -86,8 +84,7 @@ def part_widths(kind: str, hidden: int) -> list[int]:
 
 def bytes_per_token(kind: str, hidden: int) -> int:
     return sum(
-        w * torch.empty((), dtype=d).element_size()
-        for w, d in zip(part_widths(kind, hidden), part_dtypes(kind))
+        w * torch.empty((), dtype=d).element_size() for w, d in zip(part_widths(kind, hidden), part_dtypes(kind))
     )
 
 

@@ -20,6 +20,7 @@ Mode = Literal["candidate", "peak"]
 #: A rank's exit code after it wrote its own failure (its peers may still be stuck in a collective).
 EXIT_REPORTED = 3
 
+
 @dataclass(frozen=True)
 class TrialItem:
     """One workload of the sweep: the spec is shared, tokens per rank and routing vary."""

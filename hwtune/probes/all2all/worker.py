@@ -68,9 +68,7 @@ def _init(spec: TrialSpec, rank: int) -> Any:
     else:
         torch.set_num_threads(1)
         device = torch.device("cpu")
-        dist.init_process_group(
-            "gloo", init_method=url, rank=rank, world_size=spec.world_size, timeout=timeout
-        )
+        dist.init_process_group("gloo", init_method=url, rank=rank, world_size=spec.world_size, timeout=timeout)
         cpu_group = dist.group.WORLD
     # Leave the rendezvous together: a rank that finished it early could fail its set-up and exit while a
     # slower peer still talks to the store rank 0 hosts, and that peer would fail its start-up instead.
@@ -112,8 +110,10 @@ def _throughput(a2a: Any, ids: list[Any], tm: Any, median_us: float, peak_gbps: 
     out: dict[str, Any] = dict(
         dispatch_median_us=LatencyStats.from_samples(tm.dispatch_us).median_us,
         combine_median_us=LatencyStats.from_samples(tm.combine_us).median_us,
-        payload_bytes_per_token=payload_b, useful_bytes_per_rank=mean_useful,
-        max_useful_bytes_per_rank=max(useful), achieved_gbps=achieved,
+        payload_bytes_per_token=payload_b,
+        useful_bytes_per_rank=mean_useful,
+        max_useful_bytes_per_rank=max(useful),
+        achieved_gbps=achieved,
     )
     if peak_gbps and achieved is not None:
         out.update(peak_gbps=peak_gbps, fraction_of_peak=achieved / peak_gbps)
@@ -131,23 +131,42 @@ def _run_item(cand: Any, ctx: Any, spec: TrialSpec, index: int, setup_s: float) 
 
     a2a = All2AllSpec.from_dict(spec.spec)
     item = spec.items[index]
-    extra: dict[str, Any] = {"tokens_per_rank": item.tokens_per_rank, "routing": item.routing,
-                             "world_size": ctx.world_size, "seed": spec.seed, "setup_s": setup_s}
+    extra: dict[str, Any] = {
+        "tokens_per_rank": item.tokens_per_rank,
+        "routing": item.routing,
+        "world_size": ctx.world_size,
+        "seed": spec.seed,
+        "setup_s": setup_s,
+    }
     passed, message, figures, sources, expert_out = _check_rounds(cand, ctx, spec, a2a, item)
     ids = [b.topk_ids for b in sources.batches]
     extra["receive_load_pairs"] = receive_load(ids, a2a.num_experts, a2a.ep_size)
     if not passed:
         return ItemResult("wrong_answer", message, error=figures, compile_time_s=setup_s, extra=extra)
     tm = time_candidate(
-        cand, ctx, sources.batches[ctx.rank], expert_out, time_cap_s=spec.time_cap_s, warmup=spec.warmup_iters,
-        min_iters=spec.min_iters, max_iters=spec.max_iters, use_graphs=spec.use_cuda_graphs,
+        cand,
+        ctx,
+        sources.batches[ctx.rank],
+        expert_out,
+        time_cap_s=spec.time_cap_s,
+        warmup=spec.warmup_iters,
+        min_iters=spec.min_iters,
+        max_iters=spec.max_iters,
+        use_graphs=spec.use_cuda_graphs,
         declared_graph_safe=catalogue.get("all2all", spec.backend).has(Feature.CUDA_GRAPHS),
     )
     stats = LatencyStats.from_samples(tm.total_us, ci95_rel=median_ci95_rel(tm.total_us))
     extra.update(_throughput(a2a, ids, tm, stats.median_us, spec.peak_gbps))
     extra.update(iterations=stats.n, warmup_iterations=tm.warmup, notes=tm.notes, correctness=figures)
-    return ItemResult("ok", "", stats=dataclasses.asdict(stats), error=figures, timing_method=tm.method,
-                      compile_time_s=setup_s, extra=extra)
+    return ItemResult(
+        "ok",
+        "",
+        stats=dataclasses.asdict(stats),
+        error=figures,
+        timing_method=tm.method,
+        compile_time_s=setup_s,
+        extra=extra,
+    )
 
 
 def _peak(ctx: Any, spec: TrialSpec) -> ItemResult:

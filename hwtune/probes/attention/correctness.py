@@ -43,8 +43,13 @@ def tolerances(dtype: str, kv_cache_dtype: str) -> tuple[float, float]:
 
 
 def compare(
-    out: torch.Tensor, ref: torch.Tensor, *, rel_tol: float, lse: torch.Tensor | None = None,
-    ref_lse: torch.Tensor | None = None, lse_tol: float = 3e-2,
+    out: torch.Tensor,
+    ref: torch.Tensor,
+    *,
+    rel_tol: float,
+    lse: torch.Tensor | None = None,
+    ref_lse: torch.Tensor | None = None,
+    lse_tol: float = 3e-2,
 ) -> Verdict:
     """Compare one output (and optional LSE) with the reference; figures are recorded either way."""
     v = Verdict(ok=True)
@@ -74,9 +79,9 @@ def compare(
             f"(row {worst // ref.shape[-2]} head {worst % ref.shape[-2]})"
         )
     if lse is not None and ref_lse is not None:
-        l = lse.float().reshape(ref_lse.shape)
-        bad = int((~torch.isfinite(l)).sum())
-        lse_err = float((torch.nan_to_num(l, nan=1e30) - ref_lse).abs().max()) if l.numel() else 0.0
+        got = lse.float().reshape(ref_lse.shape)
+        bad = int((~torch.isfinite(got)).sum())
+        lse_err = float((torch.nan_to_num(got, nan=1e30) - ref_lse).abs().max()) if got.numel() else 0.0
         v.figures["lse_max_abs"] = lse_err
         if bad:
             v.problems.append(f"{bad} LSE values are NaN or infinite")

@@ -47,15 +47,23 @@ def _fill_nan(runner: Runner) -> None:
 def _check(runner: Runner, ref: tuple[torch.Tensor, torch.Tensor], tol: tuple[float, float], label: str) -> Verdict:
     assert runner.out is not None
     lse = runner.lse_natural() if runner.returns_lse else None
-    verdict = compare(runner.out, ref[0], rel_tol=tol[0], lse=lse, ref_lse=ref[1] if lse is not None else None,
-                      lse_tol=tol[1])
+    verdict = compare(
+        runner.out, ref[0], rel_tol=tol[0], lse=lse, ref_lse=ref[1] if lse is not None else None, lse_tol=tol[1]
+    )
     if not verdict.ok:
         raise WrongAnswer(verdict.message(label), {f"{label}.{k}": v for k, v in verdict.figures.items()})
     return verdict
 
 
-def _dcp_check(workload: AttentionWorkload, candidate: Any, tactic: str, device: str, problem: Any,
-               ref: tuple[torch.Tensor, torch.Tensor], tol: tuple[float, float]) -> dict[str, float]:
+def _dcp_check(
+    workload: AttentionWorkload,
+    candidate: Any,
+    tactic: str,
+    device: str,
+    problem: Any,
+    ref: tuple[torch.Tensor, torch.Tensor],
+    tol: tuple[float, float],
+) -> dict[str, float]:
     half_a, half_b = split_halves(problem)
     parts = []
     for half in (half_a, half_b):
@@ -71,8 +79,9 @@ def _dcp_check(workload: AttentionWorkload, candidate: Any, tactic: str, device:
     out, lse = merge_by_lse(parts[0][0], parts[0][1], parts[1][0], parts[1][1])
     verdict = compare(out, ref[0], rel_tol=tol[0], lse=lse, ref_lse=ref[1], lse_tol=tol[1])
     if not verdict.ok:
-        raise WrongAnswer(verdict.message("DCP split-and-merge by LSE"),
-                          {f"dcp.{k}": v for k, v in verdict.figures.items()})
+        raise WrongAnswer(
+            verdict.message("DCP split-and-merge by LSE"), {f"dcp.{k}": v for k, v in verdict.figures.items()}
+        )
     return {f"dcp.{k}": v for k, v in verdict.figures.items()}
 
 
@@ -97,12 +106,34 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         return {"status": "error", "message": f"out of GPU memory: {str(exc).splitlines()[0]}"}
 
 
-def _measure(job: dict[str, Any], workload: AttentionWorkload, candidate: Any, backend: str, tactic: str,
-             device: str, opts: TimingOptions, seed: int) -> dict[str, Any]:
+def _second_batch(
+    workload: AttentionWorkload, runner: Runner, problem: Any, device: str, seed: int, figures: dict[str, float]
+) -> Any:
+    """Batch B, of other lengths, written into batch A's buffers and planned on the same runner."""
+    second = build_problem(varied_lengths(workload, seed + 1), device, seed=seed + 1, like=problem)
+    try:
+        runner.prepare(second)
+    except Unsupported:  # e.g. SDPA's flash kernel: no ragged batches; check with a uniform one
+        figures["batch B uniform"] = 1.0
+        second = build_problem(varied_lengths(workload, seed + 1, uniform=True), device, seed=seed + 1, like=problem)
+        runner.prepare(second)
+    return second
+
+
+def _gate(
+    workload: AttentionWorkload,
+    candidate: Any,
+    tactic: str,
+    runner: Runner,
+    problem: Any,
+    device: str,
+    opts: TimingOptions,
+    seed: int,
+) -> tuple[dict[str, float], float, Any]:
+    """The correctness gate (module docstring, steps 1-5): raises WrongAnswer; returns the error figures,
+    the first call's time (JIT included) and the captured graph (None without graphs)."""
     spec = workload.spec
     tol = tolerances(spec.dtype, spec.kv_cache_dtype)
-    problem = build_problem(workload, device, seed=seed)
-    runner = candidate.runner(workload, tactic, device)
     t0 = time.perf_counter()
     runner.prepare(problem)
     plan_s = time.perf_counter() - t0
@@ -113,10 +144,8 @@ def _measure(job: dict[str, Any], workload: AttentionWorkload, candidate: Any, b
     _sync(device)
     compile_s = plan_s + time.perf_counter() - t1  # first plan + first call: JIT compilation included
     figures = dict(_check(runner, ref, tol, "batch A").figures)
-
     if spec.dcp_size > 1 and workload.phase == "decode" and problem.max_query_len == 1:
         figures.update(_dcp_check(workload, candidate, tactic, device, problem, ref, tol))
-
     graph = None
     if device == "cuda" and opts.use_graphs and runner.supports_graphs:
         graph = capture_graph(runner.run)
@@ -124,23 +153,28 @@ def _measure(job: dict[str, Any], workload: AttentionWorkload, candidate: Any, b
         graph.replay()
         _sync(device)
         _check(runner, ref, tol, "batch A (graph replay)")
-
-    second = build_problem(varied_lengths(workload, seed + 1), device, seed=seed + 1, like=problem)
-    try:
-        runner.prepare(second)
-    except Unsupported as exc:  # e.g. SDPA's flash kernel: no ragged batches; check with a uniform one
-        uniform = varied_lengths(workload, seed + 1, uniform=True)
-        figures["batch B uniform"] = 1.0
-        second = build_problem(uniform, device, seed=seed + 1, like=problem)
-        runner.prepare(second)
-        del exc
+    second = _second_batch(workload, runner, problem, device, seed, figures)
     ref_b = reference_attention(runner.reference_problem(second))
     _fill_nan(runner)
     (graph.replay if graph is not None else runner.run)()
     _sync(device)
     _check(runner, ref_b, tol, "batch B through the same plan" + (" and graph" if graph else ""))
-    del ref_b, ref
+    return figures, compile_s, graph
 
+
+def _measure(
+    job: dict[str, Any],
+    workload: AttentionWorkload,
+    candidate: Any,
+    backend: str,
+    tactic: str,
+    device: str,
+    opts: TimingOptions,
+    seed: int,
+) -> dict[str, Any]:
+    problem = build_problem(workload, device, seed=seed)
+    runner = candidate.runner(workload, tactic, device)
+    figures, compile_s, graph = _gate(workload, candidate, tactic, runner, problem, device, opts, seed)
     problem = build_problem(workload, device, seed=seed, like=problem)  # restore batch A in place
     runner.prepare(problem)
     if device == "cuda":
@@ -149,8 +183,16 @@ def _measure(job: dict[str, Any], workload: AttentionWorkload, candidate: Any, b
     else:
         stats, method = time_cpu(runner.run, opts)
     return {
-        "status": "ok", "message": "", "stats": vars(stats), "error": figures, "timing_method": method,
+        "status": "ok",
+        "message": "",
+        "stats": vars(stats),
+        "error": figures,
+        "timing_method": method,
         "compile_time_s": compile_s,
-        "extra": {"graph": graph is not None, "layout": problem.layout, "num_tokens": problem.num_tokens,
-                  **getattr(runner, "extra", {})},
+        "extra": {
+            "graph": graph is not None,
+            "layout": problem.layout,
+            "num_tokens": problem.num_tokens,
+            **getattr(runner, "extra", {}),
+        },
     }

@@ -42,7 +42,10 @@ class Planned:
 
 
 def plan_candidates(
-    workload: AttentionWorkload, device: DeviceProfile, backends: Iterable[str] | None = None, *,
+    workload: AttentionWorkload,
+    device: DeviceProfile,
+    backends: Iterable[str] | None = None,
+    *,
     assume_installed: bool = False,
 ) -> list[Planned]:
     """Every (backend, tactic) to try for ``workload`` (MLA backends only for MLA specs).
@@ -54,12 +57,12 @@ def plan_candidates(
         name, _, tactic = entry.partition(":")
         b = catalogue.get("attention", name)
         if tactic and b.tactic(tactic) is None:
-            raise InvalidSpecError(f"{b.name} has no tactic {tactic!r}; its tactics: "
-                                   f"{', '.join(t.name for t in b.tactics)}")
+            raise InvalidSpecError(
+                f"{b.name} has no tactic {tactic!r}; its tactics: {', '.join(t.name for t in b.tactics)}"
+            )
         only.setdefault(b.name, set()).update({tactic} if tactic else {t.name for t in b.tactics})
     chosen: list[Backend] = (
-        [catalogue.get("attention", b) for b in only] if backends is not None
-        else list(catalogue.backends("attention"))
+        [catalogue.get("attention", b) for b in only] if backends is not None else list(catalogue.backends("attention"))
     )
     phases = tactic_phases(workload)
     out: list[Planned] = []
@@ -109,8 +112,12 @@ def measure_attention(
                 result = {"status": "unsupported", "message": " ".join(c.reasons)}
             else:
                 job = {
-                    "workload": workload.to_dict(), "backend": c.backend, "tactic": c.tactic, "device": device,
-                    "seed": seed, "timing": dataclasses.asdict(timing),
+                    "workload": workload.to_dict(),
+                    "backend": c.backend,
+                    "tactic": c.tactic,
+                    "device": device,
+                    "seed": seed,
+                    "timing": dataclasses.asdict(timing),
                     "candidate": (candidate_override or {}).get(c.backend),
                 }
                 result = pool.run(job, timeout_s)

@@ -111,7 +111,7 @@ def _lengths(w: AttentionWorkload) -> tuple[list[int], list[int]]:
     if w.phase == "mixed":
         # the first num_prefill requests are prefill chunks, the rest decode steps of 1 + spec_tokens tokens
         qd = w.spec.query_len_decode
-        query = [min(w.query_len, s) for s in seq[: w.num_prefill]] + [min(qd, s) for s in seq[w.num_prefill:]]
+        query = [min(w.query_len, s) for s in seq[: w.num_prefill]] + [min(qd, s) for s in seq[w.num_prefill :]]
     else:
         query = [min(w.query_len, s) for s in seq]
     return query, seq
@@ -134,23 +134,25 @@ def varied_lengths(w: AttentionWorkload, seed: int, uniform: bool = False) -> At
     return replace(w, context_lens=tuple(lens))
 
 
-def _page_tables(pages_per: list[int], total_pages: int, max_pages: int,
-                 g: torch.Generator) -> tuple[torch.Tensor, list[torch.Tensor], list[int]]:
+def _page_tables(
+    pages_per: list[int], total_pages: int, max_pages: int, g: torch.Generator
+) -> tuple[torch.Tensor, list[torch.Tensor], list[int]]:
     """A block table over randomly ordered pages (as an engine's allocator leaves them), and the same pages
     as FlashInfer's indices/indptr."""
     perm = torch.randperm(total_pages, generator=g).to(torch.int32)
     block_table = torch.zeros(len(pages_per), max_pages, dtype=torch.int32)
     indices, indptr, pos = [], [0], 0
     for r, n in enumerate(pages_per):
-        block_table[r, :n] = perm[pos: pos + n]
-        indices.append(perm[pos: pos + n])
+        block_table[r, :n] = perm[pos : pos + n]
+        indices.append(perm[pos : pos + n])
         pos += n
         indptr.append(pos)
     return block_table, indices, indptr
 
 
-def _cache_dtype(kv: torch.Tensor, kv_cache_dtype: str, unowned: torch.Tensor, layout: str,
-                 like: AttentionProblem | None) -> tuple[torch.Tensor, float, float]:
+def _cache_dtype(
+    kv: torch.Tensor, kv_cache_dtype: str, unowned: torch.Tensor, layout: str, like: AttentionProblem | None
+) -> tuple[torch.Tensor, float, float]:
     """The cache in the spec's kv-cache dtype, with its per-tensor scales (1.0 where none)."""
     if kv_cache_dtype == "fp8_e4m3":
         if like is not None:  # scales are per layer and fixed, as in engines (and baked into captured graphs)
@@ -173,15 +175,18 @@ def _cache_dtype(kv: torch.Tensor, kv_cache_dtype: str, unowned: torch.Tensor, l
 def _write_into(like: AttentionProblem, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Copy the new batch (kv, q, block table, seq lens, last-page lens, query starts) into ``like``'s
     buffers and return those buffers, so every address a captured graph reads stays the same."""
-    targets = (like.kv_cache, like.q, like.block_table, like.seq_lens, like.kv_last_page_len,
-               like.query_start_loc)
+    targets = (like.kv_cache, like.q, like.block_table, like.seq_lens, like.kv_last_page_len, like.query_start_loc)
     for dst, src in zip(targets, tensors):
         dst.copy_(src)
     return targets
 
 
 def build_problem(
-    workload: AttentionWorkload, device: str | torch.device, *, seed: int = 0, layout: str | None = None,
+    workload: AttentionWorkload,
+    device: str | torch.device,
+    *,
+    seed: int = 0,
+    layout: str | None = None,
     like: AttentionProblem | None = None,
 ) -> AttentionProblem:
     """Random inputs for ``workload``: normal q/K/V, random page order, poisoned unowned slots.
@@ -226,12 +231,22 @@ def build_problem(
     if like is not None:  # same addresses as the previous batch
         kv, q, block_table, seq_t, last_t, qsl = _write_into(like, kv, q, block_table, seq_t, last_t, qsl)
     return AttentionProblem(
-        workload=workload, layout=layout, q=q, kv_cache=kv, k_scale=k_scale,
-        v_scale=v_scale, query_lens=query_lens, seq_lens_list=seq_lens, block_table=block_table,
-        seq_lens=seq_t, query_start_loc=qsl,
+        workload=workload,
+        layout=layout,
+        q=q,
+        kv_cache=kv,
+        k_scale=k_scale,
+        v_scale=v_scale,
+        query_lens=query_lens,
+        seq_lens_list=seq_lens,
+        block_table=block_table,
+        seq_lens=seq_t,
+        query_start_loc=qsl,
         kv_indptr=torch.tensor(indptr, dtype=torch.int32, device=device),
-        kv_indices=torch.cat(indices).to(device), kv_last_page_len=last_t,
-        softmax_scale=1.0 / math.sqrt(d), seed=seed,
+        kv_indices=torch.cat(indices).to(device),
+        kv_last_page_len=last_t,
+        softmax_scale=1.0 / math.sqrt(d),
+        seed=seed,
     )
 
 
@@ -304,8 +319,13 @@ def _with_pages(p: AttentionProblem, lens: list[int], rows: list[torch.Tensor]) 
     last = [n - (len(r) - 1) * page for n, r in zip(lens, rows)]
     workload = replace(p.workload, context_lens=tuple(lens), context_len=max(lens))
     return replace(
-        p, workload=workload, seq_lens_list=list(lens), block_table=table,
-        seq_lens=torch.tensor(lens, dtype=torch.int32, device=dev), kv_indptr=indptr,
-        kv_indices=torch.cat(rows).to(torch.int32), kv_last_page_len=torch.tensor(last, dtype=torch.int32, device=dev),
+        p,
+        workload=workload,
+        seq_lens_list=list(lens),
+        block_table=table,
+        seq_lens=torch.tensor(lens, dtype=torch.int32, device=dev),
+        kv_indptr=indptr,
+        kv_indices=torch.cat(rows).to(torch.int32),
+        kv_last_page_len=torch.tensor(last, dtype=torch.int32, device=dev),
         extras={},
     )

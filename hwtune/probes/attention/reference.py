@@ -21,8 +21,7 @@ _CHUNK_ELEMENTS = 1 << 28
 def reference_attention(problem: AttentionProblem) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse): float32 [num_tokens, num_heads, head_size] and natural-log LSE [num_tokens, num_heads]."""
     spec = problem.spec
-    out = torch.empty(problem.num_tokens, spec.num_heads, spec.head_size, dtype=torch.float32,
-                      device=problem.q.device)
+    out = torch.empty(problem.num_tokens, spec.num_heads, spec.head_size, dtype=torch.float32, device=problem.q.device)
     lse = torch.empty(problem.num_tokens, spec.num_heads, dtype=torch.float32, device=problem.q.device)
     group = spec.num_heads // spec.num_kv_heads
     for r in range(problem.batch):
@@ -55,7 +54,10 @@ def reference_attention(problem: AttentionProblem) -> tuple[torch.Tensor, torch.
 
 
 def merge_by_lse(
-    out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor,
+    out_a: torch.Tensor,
+    lse_a: torch.Tensor,
+    out_b: torch.Tensor,
+    lse_b: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Merge two partial attentions over disjoint KV sets (what DCP does across ranks)."""
     lse = torch.logaddexp(lse_a.float(), lse_b.float())

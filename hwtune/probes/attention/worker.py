@@ -45,7 +45,12 @@ class WorkerPool:
         env = {**os.environ, **NO_MULTICAST_ENV, **self.env, "PYTHONUNBUFFERED": "1"}
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "hwtune.probes.attention.worker", "--result-fd", str(write_fd)],
-            stdin=subprocess.PIPE, stdout=fd, stderr=fd, pass_fds=(write_fd,), env=env, start_new_session=True,
+            stdin=subprocess.PIPE,
+            stdout=fd,
+            stderr=fd,
+            pass_fds=(write_fd,),
+            env=env,
+            start_new_session=True,
         )
         os.close(fd)
         os.close(write_fd)
@@ -110,8 +115,11 @@ class WorkerPool:
             if left <= 0:
                 tail = stderr_tail(self._log, log_start)
                 self._kill()
-                return {"status": "timeout", "message": f"no result within {timeout_s:g} s; the worker's process "
-                        "group was killed" + (f". Last output:\n{tail}" if tail else "")}
+                return {
+                    "status": "timeout",
+                    "message": f"no result within {timeout_s:g} s; the worker's process "
+                    "group was killed" + (f". Last output:\n{tail}" if tail else ""),
+                }
             ready, _, _ = select.select([self._result_fd], [], [], min(left, 1.0))
             if not ready:
                 continue
@@ -122,8 +130,10 @@ class WorkerPool:
                 except subprocess.TimeoutExpired:
                     code = None
                 tail = stderr_tail(self._log, log_start)
-                return {"status": "crashed", "message": f"the worker {describe_exit(code)}"
-                        + (f". Last output:\n{tail}" if tail else "")}
+                return {
+                    "status": "crashed",
+                    "message": f"the worker {describe_exit(code)}" + (f". Last output:\n{tail}" if tail else ""),
+                }
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         return json.loads(line)

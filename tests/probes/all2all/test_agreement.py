@@ -43,9 +43,7 @@ def _rank(rank: int, port: int, out: str) -> None:
         json.dumps(
             {
                 "choice": choice,
-                "alone": min(
-                    (k for k, v in LOCAL[rank].items() if v is not None), key=lambda k: LOCAL[rank][k]
-                ),
+                "alone": min((k for k, v in LOCAL[rank].items() if v is not None), key=lambda k: LOCAL[rank][k]),
             }
         )
     )

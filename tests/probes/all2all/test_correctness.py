@@ -85,9 +85,7 @@ def test_missing_duplicate_and_foreign_pairs_fail(sources: Sources) -> None:
     v = _verdict(dup, sources)
     assert not v.passed and (v.figures["duplicate_pairs"] > 0 or v.figures["unexpected_pairs"] > 0)
 
-    foreign = dataclasses.replace(
-        d, expert_ids=torch.where(d.expert_ids >= 0, d.expert_ids + 4, d.expert_ids)
-    )
+    foreign = dataclasses.replace(d, expert_ids=torch.where(d.expert_ids >= 0, d.expert_ids + 4, d.expert_ids))
     assert any("live on other ranks" in r for r in _verdict(foreign, sources).reasons)
 
 
@@ -95,15 +93,11 @@ def test_changed_weight_bytes_and_origin_fail(sources: Sources) -> None:
     d = _perfect(sources, 1)
     w = d.weights.clone()
     w[d.expert_ids >= 0] += 1e-3
-    assert any(
-        "weights changed" in r for r in _verdict(dataclasses.replace(d, weights=w), sources, 1).reasons
-    )
+    assert any("weights changed" in r for r in _verdict(dataclasses.replace(d, weights=w), sources, 1).reasons)
 
     q = d.payload.parts[0].view(torch.uint8).clone()
     q[3, 7] ^= 1
-    bad = dataclasses.replace(
-        d, payload=d.payload.with_parts([q.view(torch.float8_e4m3fn), d.payload.parts[1]])
-    )
+    bad = dataclasses.replace(d, payload=d.payload.with_parts([q.view(torch.float8_e4m3fn), d.payload.parts[1]]))
     v = _verdict(bad, sources, 1)
     assert v.figures["content_mismatch_rows"] == 1 and not v.passed
 

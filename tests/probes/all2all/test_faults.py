@@ -65,9 +65,7 @@ def test_error_on_one_rank_ends_the_group_and_a_fresh_one_continues(fast: dict) 
 
 
 def test_setup_refusal_is_unsupported_for_every_workload(fast: dict) -> None:
-    records = measure_all2all_sweep(
-        [wl(8), wl(16)], [REF], **fast, candidate_refs={REF: f"{FAULTY}:RefusesSetup"}
-    )
+    records = measure_all2all_sweep([wl(8), wl(16)], [REF], **fast, candidate_refs={REF: f"{FAULTY}:RefusesSetup"})
     assert [r.status for r in records] == ["unsupported", "unsupported"]
     assert all("needs a frobnicator" in r.message for r in records)
     assert all(r.extra["groups_spawned"] == 1 for r in records)

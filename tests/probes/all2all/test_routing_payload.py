@@ -28,10 +28,7 @@ def test_routing_is_deterministic_per_seed_and_rank() -> None:
 
 
 def test_skewed_routing_overloads_rank_zero() -> None:
-    ids = {
-        k: [make_routing(512, 32, 4, k, seed=0, rank=r).topk_ids for r in range(4)]
-        for k in ("uniform", "skewed")
-    }
+    ids = {k: [make_routing(512, 32, 4, k, seed=0, rank=r).topk_ids for r in range(4)] for k in ("uniform", "skewed")}
     uniform, skewed = receive_load(ids["uniform"], 32, 4), receive_load(ids["skewed"], 32, 4)
     assert sum(uniform) == sum(skewed) == 4 * 512 * 4
     assert max(uniform) / min(uniform) < 1.2
@@ -69,9 +66,7 @@ def test_quantise_round_trip_and_layout(kind: str, rel: float) -> None:
     # error within each format's step: relative to the block maximum (fp8: 2^-3 step near the top)
     assert float(err.max()) <= rel * float(x.float().abs().max()) + 1e-6
     if kind == "fp8":
-        assert p.parts[1].shape == (8, 4) and torch.allclose(
-            p.parts[1], x.float().view(8, 4, 128).abs().amax(2) / 448
-        )
+        assert p.parts[1].shape == (8, 4) and torch.allclose(p.parts[1], x.float().view(8, 4, 128).abs().amax(2) / 448)
 
 
 def test_payload_shape_errors_are_clear() -> None:

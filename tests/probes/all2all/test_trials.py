@@ -16,15 +16,11 @@ GLOO = ["naive", "allgather_reducescatter", "nccl_alltoallv"]
 def test_gloo_candidates_are_correct_then_timed(fast: dict) -> None:
     workloads = [wl(8, "uniform"), wl(24, "skewed")]
     records = measure_all2all_sweep(workloads, GLOO, run_id="r1", **fast)
-    assert [(r.backend, r.workload["tokens_per_rank"]) for r in records] == [
-        (b, t) for b in GLOO for t in (8, 24)
-    ]
+    assert [(r.backend, r.workload["tokens_per_rank"]) for r in records] == [(b, t) for b in GLOO for t in (8, 24)]
     for r in records:
         assert r.status == "ok", (r.backend, r.message)
         assert r.kind == "all2all" and r.tactic == "default" and r.run_id == "r1"
-        assert (
-            r.stats is not None and r.stats.n >= 3 and r.stats.p10_us <= r.stats.median_us <= r.stats.p90_us
-        )
+        assert r.stats is not None and r.stats.n >= 3 and r.stats.p10_us <= r.stats.median_us <= r.stats.p90_us
         assert r.timing_method == "perf_counter" and r.environment_hash
         assert r.error is not None and r.error["missing_pairs"] == 0 and r.error["content_mismatch_rows"] == 0
         assert r.error["max_abs_err"] < 0.1

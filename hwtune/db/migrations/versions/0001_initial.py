@@ -56,8 +56,7 @@ def upgrade() -> None:
         sa.UniqueConstraint("key", name="uq_workloads_key"),
         sa.CheckConstraint("kind IN ('attention', 'all2all')", name=op.f("ck_workloads_kind")),
     )
-    op.create_index("ix_workloads_spec_shape", "workloads",
-                    ["spec_key", "phase", "batch", "context_len", "query_len"])
+    op.create_index("ix_workloads_spec_shape", "workloads", ["spec_key", "phase", "batch", "context_len", "query_len"])
     op.create_index("ix_workloads_spec_tokens", "workloads", ["spec_key", "tokens_per_rank"])
     op.create_table(
         "measurements",
@@ -85,12 +84,13 @@ def upgrade() -> None:
         sa.Column("created_at", UTCDateTime(), nullable=False),
         sa.Column("extra", JSONDoc(), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_measurements"),
-        sa.ForeignKeyConstraint(["environment_id"], ["environments.id"],
-                                name="fk_measurements_environment_id_environments"),
-        sa.ForeignKeyConstraint(["workload_id"], ["workloads.id"],
-                                name="fk_measurements_workload_id_workloads"),
-        sa.UniqueConstraint("run_id", "environment_id", "workload_id", "backend", "tactic",
-                            name="uq_measurements_candidate"),
+        sa.ForeignKeyConstraint(
+            ["environment_id"], ["environments.id"], name="fk_measurements_environment_id_environments"
+        ),
+        sa.ForeignKeyConstraint(["workload_id"], ["workloads.id"], name="fk_measurements_workload_id_workloads"),
+        sa.UniqueConstraint(
+            "run_id", "environment_id", "workload_id", "backend", "tactic", name="uq_measurements_candidate"
+        ),
         sa.CheckConstraint(STATUSES, name=op.f("ck_measurements_status")),
     )
     op.create_index("ix_measurements_workload_env", "measurements", ["workload_id", "environment_id"])

@@ -40,8 +40,7 @@ def upgrade() -> None:
         sa.Column("updated_at", UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_work_items"),
         sa.UniqueConstraint("plan_id", "item_key", name="uq_work_items_plan_item"),
-        sa.CheckConstraint("state IN ('pending', 'claimed', 'done', 'failed')",
-                           name=op.f("ck_work_items_state")),
+        sa.CheckConstraint("state IN ('pending', 'claimed', 'done', 'failed')", name=op.f("ck_work_items_state")),
     )
     op.create_index("ix_work_items_plan_state", "work_items", ["plan_id", "state"])
 

@@ -150,9 +150,7 @@ def pack_batch_rows(batch: LocalBatch, extra: list[torch.Tensor] | None = None) 
     ``extra`` row-aligned tensors. One collective then moves everything a token needs."""
     from hwtune.probes.all2all.payload import pack_rows
 
-    return pack_rows(
-        [*batch.payload.parts, batch.topk_ids.to(torch.int32), batch.topk_weights.float(), *(extra or [])]
-    )
+    return pack_rows([*batch.payload.parts, batch.topk_ids.to(torch.int32), batch.topk_weights.float(), *(extra or [])])
 
 
 def unpack_batch_rows(

@@ -53,9 +53,7 @@ class TorchGroupComm:
 
 def require_cuda(ctx: RankContext, name: str) -> None:
     if not ctx.is_cuda:
-        raise Unsupported(
-            f"{name} runs on NVIDIA GPUs only (FlashInfer NVLink kernels); this trial runs on the CPU."
-        )
+        raise Unsupported(f"{name} runs on NVIDIA GPUs only (FlashInfer NVLink kernels); this trial runs on the CPU.")
 
 
 def flashinfer_reason(what: str, exc: BaseException) -> Unsupported:

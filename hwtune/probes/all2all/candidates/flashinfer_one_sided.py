@@ -43,9 +43,7 @@ class OneSidedCandidate(Candidate):
         dispatch_bytes = sum(p.shape[1] * p.element_size() for p in probe)
         self._proven = False
         try:
-            size = moe_a2a_get_workspace_size_per_rank(
-                ws, self.max_tokens, dispatch_bytes, spec.hidden_size * 2
-            )
+            size = moe_a2a_get_workspace_size_per_rank(ws, self.max_tokens, dispatch_bytes, spec.hidden_size * 2)
             mapping = Mapping(world_size=ws, rank=rank, gpus_per_node=ws, tp_size=ws, moe_ep_size=ws)
             self.a2a = MoeAlltoAll(
                 mapping,

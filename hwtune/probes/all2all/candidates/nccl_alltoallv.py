@@ -111,12 +111,8 @@ class AllToAllVCandidate(Candidate):
 
     def combine(self, dispatched: Dispatched, expert_out: torch.Tensor) -> torch.Tensor:
         st: _State = dispatched.state
-        back = torch.empty(
-            (sum(st.send_counts), expert_out.shape[1]), dtype=expert_out.dtype, device=expert_out.device
-        )
-        dist.all_to_all_single(
-            back, expert_out.contiguous(), st.send_counts, st.recv_counts, group=self.ctx.group
-        )
+        back = torch.empty((sum(st.send_counts), expert_out.shape[1]), dtype=expert_out.dtype, device=expert_out.device)
+        dist.all_to_all_single(back, expert_out.contiguous(), st.send_counts, st.recv_counts, group=self.ctx.group)
         out = torch.zeros((st.tokens, expert_out.shape[1]), dtype=torch.float32, device=expert_out.device)
         out.index_add_(0, st.pair_token, back.float())
         return out.to(expert_out.dtype)

@@ -58,7 +58,7 @@ class Runner(ABC):
         shape = (problem.num_tokens, spec.num_heads, spec.head_size)
         if self.out is None or tuple(self.out.shape) != shape:
             self.out = torch.empty(shape, dtype=problem.q.dtype, device=problem.q.device)
-            self.lse = (torch.empty(shape[:2], dtype=torch.float32, device=problem.q.device) if lse else None)
+            self.lse = torch.empty(shape[:2], dtype=torch.float32, device=problem.q.device) if lse else None
 
 
 class Candidate(ABC):

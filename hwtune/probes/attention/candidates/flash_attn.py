@@ -49,8 +49,10 @@ class FlashAttnRunner(Runner):
         if p.layout != "NHD":
             raise Unsupported("FlashAttention's paged cache is [blocks, page, heads, dim] (NHD)")
         if self.flavour == "flash_attn" and p.page_size % 256:
-            raise Unsupported("flash_attn's paged KV needs a page size that is a multiple of 256 "
-                              f"(this cache has {p.page_size}); install vllm for vllm_flash_attn")
+            raise Unsupported(
+                "flash_attn's paged KV needs a page size that is a multiple of 256 "
+                f"(this cache has {p.page_size}); install vllm for vllm_flash_attn"
+            )
         self._alloc(p, lse=True)
         self.problem = p
         self.cu_k = torch.cat([torch.zeros(1, dtype=torch.int32, device=p.q.device), p.seq_lens.cumsum(0)]).int()
@@ -61,17 +63,36 @@ class FlashAttnRunner(Runner):
         spec = p.spec
         window = (-1, -1) if spec.sliding_window is None else (spec.sliding_window - 1, 0)
         common: dict[str, Any] = dict(
-            max_seqlen_q=p.max_query_len, max_seqlen_k=p.max_seq_len, softmax_scale=p.softmax_scale, causal=True,
-            window_size=window, softcap=spec.logits_soft_cap or 0.0, block_table=p.block_table,
+            max_seqlen_q=p.max_query_len,
+            max_seqlen_k=p.max_seq_len,
+            softmax_scale=p.softmax_scale,
+            causal=True,
+            window_size=window,
+            softcap=spec.logits_soft_cap or 0.0,
+            block_table=p.block_table,
         )
         if self.flavour == "vllm_flash_attn":
             o, lse = self.mod.flash_attn_varlen_func(
-                p.q, p.k_cache(), p.v_cache(), cu_seqlens_q=p.query_start_loc, seqused_k=p.seq_lens,
-                return_softmax_lse=True, fa_version=self.version, out=self.out, **common)
+                p.q,
+                p.k_cache(),
+                p.v_cache(),
+                cu_seqlens_q=p.query_start_loc,
+                seqused_k=p.seq_lens,
+                return_softmax_lse=True,
+                fa_version=self.version,
+                out=self.out,
+                **common,
+            )
         else:
             o, lse, _ = self.mod.flash_attn_varlen_func(
-                p.q, p.k_cache(), p.v_cache(), cu_seqlens_q=p.query_start_loc, cu_seqlens_k=self.cu_k,
-                return_attn_probs=True, **common)
+                p.q,
+                p.k_cache(),
+                p.v_cache(),
+                cu_seqlens_q=p.query_start_loc,
+                cu_seqlens_k=self.cu_k,
+                return_attn_probs=True,
+                **common,
+            )
             self.out.copy_(o)
         self.lse.copy_(lse.transpose(0, 1) if lse.shape[0] == spec.num_heads else lse)
 

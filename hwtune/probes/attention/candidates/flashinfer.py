@@ -21,8 +21,7 @@ from hwtune.probes.attention.candidates.base import LN2, Candidate, Runner, Unsu
 from hwtune.probes.attention.problem import AttentionProblem
 
 WORKSPACE_BYTES = 256 << 20
-_PREFILL_BACKEND = {"fa2-tc": "fa2", "fa3": "fa3", "cudnn": "cudnn", "trtllm-gen": "trtllm-gen",
-                    "cute-dsl": "cute-dsl"}
+_PREFILL_BACKEND = {"fa2-tc": "fa2", "fa3": "fa3", "cudnn": "cudnn", "trtllm-gen": "trtllm-gen", "cute-dsl": "cute-dsl"}
 _DECODE_BACKEND = {"fa2": "auto", "fa2-tc": "fa2", "fa3": "fa3", "trtllm-gen": "trtllm-gen", "cute-dsl": "cute-dsl"}
 
 
@@ -49,8 +48,10 @@ class FlashInferRunner(Runner):
         elif tactic in _PREFILL_BACKEND:
             self.mode = "prefill"
         else:
-            raise Unsupported(f"FlashInfer tactic {tactic} has no path for {workload.phase} with "
-                              f"{spec.query_len_decode} query tokens per request")
+            raise Unsupported(
+                f"FlashInfer tactic {tactic} has no path for {workload.phase} with "
+                f"{spec.query_len_decode} query tokens per request"
+            )
         self.supports_graphs = self.mode in ("decode", "xqa")
         self.returns_lse = self.mode in ("decode", "prefill")
         self.wrapper: Any = None
@@ -75,33 +76,77 @@ class FlashInferRunner(Runner):
         if self.mode == "xqa":
             self.max_seq_len = p.max_seq_len
             return
-        common = dict(window_left=self._window(p), logits_soft_cap=spec.logits_soft_cap, q_data_type=p.q.dtype,
-                      kv_data_type=kv_dtype, sm_scale=p.softmax_scale)
+        common = dict(
+            window_left=self._window(p),
+            logits_soft_cap=spec.logits_soft_cap,
+            q_data_type=p.q.dtype,
+            kv_data_type=kv_dtype,
+            sm_scale=p.softmax_scale,
+        )
         if self.mode == "decode":
-            if self.wrapper is None:
-                self.indptr_buf = torch.empty(p.batch + 1, dtype=torch.int32, device=dev)
-                self.indices_buf = torch.empty(p.kv_cache.shape[0], dtype=torch.int32, device=dev)
-                self.last_buf = torch.empty(p.batch, dtype=torch.int32, device=dev)
-                self.wrapper = self.fi.BatchDecodeWithPagedKVCacheWrapper(
-                    self.workspace, p.layout, use_cuda_graph=True, use_tensor_cores=self.tactic != "fa2",
-                    paged_kv_indptr_buffer=self.indptr_buf, paged_kv_indices_buffer=self.indices_buf,
-                    paged_kv_last_page_len_buffer=self.last_buf, backend=_DECODE_BACKEND[self.tactic],
-                )
-            self.wrapper.plan(p.kv_indptr, p.kv_indices, p.kv_last_page_len, spec.num_heads, spec.num_kv_heads,
-                              spec.head_size, p.page_size, **common)
+            self._plan_decode(p, common)
         else:
-            if self.wrapper is None:
-                self.wrapper = self.fi.BatchPrefillWithPagedKVCacheWrapper(
-                    self.workspace, p.layout, backend=_PREFILL_BACKEND[self.tactic])
-            extra: dict[str, Any] = {}
-            qo_indptr = p.query_start_loc
-            if self.tactic == "cudnn":  # cuDNN takes element offsets, lengths and a block table
-                qo_indptr = p.query_start_loc * (spec.num_heads * spec.head_size)
-                extra = dict(seq_lens=p.seq_lens, seq_lens_q=torch.tensor(p.query_lens, dtype=torch.int32, device=dev),
-                             block_tables=p.block_table, max_token_per_sequence=p.max_query_len,
-                             max_sequence_kv=p.max_seq_len)
-            self.wrapper.plan(qo_indptr, p.kv_indptr, p.kv_indices, p.kv_last_page_len, spec.num_heads,
-                              spec.num_kv_heads, spec.head_size, p.page_size, causal=True, **common, **extra)
+            self._plan_prefill(p, common)
+
+    def _plan_decode(self, p: AttentionProblem, common: dict[str, Any]) -> None:
+        """BatchDecode wrapper (built once, on fixed buffers so a captured graph stays valid), then plan."""
+        spec, dev = p.spec, p.q.device
+        if self.wrapper is None:
+            self.indptr_buf = torch.empty(p.batch + 1, dtype=torch.int32, device=dev)
+            self.indices_buf = torch.empty(p.kv_cache.shape[0], dtype=torch.int32, device=dev)
+            self.last_buf = torch.empty(p.batch, dtype=torch.int32, device=dev)
+            self.wrapper = self.fi.BatchDecodeWithPagedKVCacheWrapper(
+                self.workspace,
+                p.layout,
+                use_cuda_graph=True,
+                use_tensor_cores=self.tactic != "fa2",
+                paged_kv_indptr_buffer=self.indptr_buf,
+                paged_kv_indices_buffer=self.indices_buf,
+                paged_kv_last_page_len_buffer=self.last_buf,
+                backend=_DECODE_BACKEND[self.tactic],
+            )
+        self.wrapper.plan(
+            p.kv_indptr,
+            p.kv_indices,
+            p.kv_last_page_len,
+            spec.num_heads,
+            spec.num_kv_heads,
+            spec.head_size,
+            p.page_size,
+            **common,
+        )
+
+    def _plan_prefill(self, p: AttentionProblem, common: dict[str, Any]) -> None:
+        """BatchPrefill wrapper for the tactic's backend, then plan (cuDNN takes offsets and a block table)."""
+        spec, dev = p.spec, p.q.device
+        if self.wrapper is None:
+            self.wrapper = self.fi.BatchPrefillWithPagedKVCacheWrapper(
+                self.workspace, p.layout, backend=_PREFILL_BACKEND[self.tactic]
+            )
+        extra: dict[str, Any] = {}
+        qo_indptr = p.query_start_loc
+        if self.tactic == "cudnn":  # cuDNN takes element offsets, lengths and a block table
+            qo_indptr = p.query_start_loc * (spec.num_heads * spec.head_size)
+            extra = dict(
+                seq_lens=p.seq_lens,
+                seq_lens_q=torch.tensor(p.query_lens, dtype=torch.int32, device=dev),
+                block_tables=p.block_table,
+                max_token_per_sequence=p.max_query_len,
+                max_sequence_kv=p.max_seq_len,
+            )
+        self.wrapper.plan(
+            qo_indptr,
+            p.kv_indptr,
+            p.kv_indices,
+            p.kv_last_page_len,
+            spec.num_heads,
+            spec.num_kv_heads,
+            spec.head_size,
+            p.page_size,
+            causal=True,
+            **common,
+            **extra,
+        )
 
     def run(self) -> None:
         p = self.problem
@@ -111,9 +156,18 @@ class FlashInferRunner(Runner):
             scales = dict(k_scale=p.k_scale, v_scale=p.v_scale)
         if self.mode == "xqa":
             self.fi.decode.trtllm_batch_decode_with_kv_cache(
-                p.q, p.kv_cache, self.workspace, p.block_table, p.seq_lens, self.max_seq_len,
-                bmm1_scale=p.softmax_scale * p.k_scale, bmm2_scale=p.v_scale, window_left=self._window(p),
-                out=self.out, kv_layout=p.layout, backend="xqa",
+                p.q,
+                p.kv_cache,
+                self.workspace,
+                p.block_table,
+                p.seq_lens,
+                self.max_seq_len,
+                bmm1_scale=p.softmax_scale * p.k_scale,
+                bmm2_scale=p.v_scale,
+                window_left=self._window(p),
+                out=self.out,
+                kv_layout=p.layout,
+                backend="xqa",
             )
         else:
             self.wrapper.run(p.q, p.kv_cache, out=self.out, lse=self.lse, return_lse=True, **scales)
@@ -130,7 +184,9 @@ class FlashInferCandidate(Candidate):
         try:
             _import()
         except Exception as exc:  # ImportError, or FlashInfer's own assertion at import
-            return f"flashinfer cannot be imported: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            return (
+                f"flashinfer cannot be imported: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            )
         return None
 
     def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:

@@ -75,7 +75,12 @@ class FlexRunner(Runner):
             return visible
 
         self.block_mask = create_block_mask(
-            mask_mod, B=None, H=None, Q_LEN=problem.num_tokens, KV_LEN=n_pages * page, device=str(dev),
+            mask_mod,
+            B=None,
+            H=None,
+            Q_LEN=problem.num_tokens,
+            KV_LEN=n_pages * page,
+            device=str(dev),
             _compile=dev.type == "cuda",
         )
 
@@ -83,8 +88,15 @@ class FlexRunner(Runner):
         p = self.problem
         assert p is not None and self.out is not None
         q = p.q.transpose(0, 1)[None]  # [1, H, T, D]
-        result = _flex()(q, self.k, self.v, block_mask=self.block_mask, scale=p.softmax_scale,
-                         enable_gqa=p.spec.gqa_group > 1, return_lse=self.returns_lse)
+        result = _flex()(
+            q,
+            self.k,
+            self.v,
+            block_mask=self.block_mask,
+            scale=p.softmax_scale,
+            enable_gqa=p.spec.gqa_group > 1,
+            return_lse=self.returns_lse,
+        )
         o = result[0] if self.returns_lse else result
         self.out.copy_(o[0].transpose(0, 1))
         if self.lse is not None:

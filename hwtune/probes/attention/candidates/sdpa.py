@@ -64,8 +64,10 @@ class SdpaRunner(Runner):
             self.is_causal = True  # prefill from empty: SDPA's top-left causal mask is the right one
         else:
             if self.tactic == "flash":
-                raise Unsupported("SDPA's flash kernel takes no attention mask; this batch needs one "
-                                  "(mixed lengths or new tokens on a cached prefix)")
+                raise Unsupported(
+                    "SDPA's flash kernel takes no attention mask; this batch needs one "
+                    "(mixed lengths or new tokens on a cached prefix)"
+                )
             seq = torch.tensor(lens, device=dev)[:, None, None]
             ql = torch.tensor(qlens, device=dev)[:, None, None]
             qi = torch.arange(self.mq, device=dev)[None, :, None]
@@ -93,7 +95,12 @@ class SdpaRunner(Runner):
         try:
             with sdpa_kernel([self.kernel]):
                 o = F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=self.mask, is_causal=self.is_causal, scale=p.softmax_scale,
+                    q,
+                    k,
+                    v,
+                    attn_mask=self.mask,
+                    is_causal=self.is_causal,
+                    scale=p.softmax_scale,
                     enable_gqa=not self.expand and p.spec.gqa_group > 1,
                 )
         except RuntimeError as exc:

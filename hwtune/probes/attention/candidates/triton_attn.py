@@ -34,17 +34,36 @@ class TritonAttnRunner(Runner):
 
     def _call(self, p: AttentionProblem, config: object, out: torch.Tensor, lse: torch.Tensor | None) -> None:
         self.kernels.paged_attention(
-            p.q, p.k_cache(), p.v_cache(), p.block_table, p.seq_lens, p.query_start_loc,
-            max_query_len=p.max_query_len, max_seq_len=p.max_seq_len, out=out, lse=lse,
-            softmax_scale=p.softmax_scale, kv_layout=p.layout, k_scale=p.k_scale, v_scale=p.v_scale, config=config,
+            p.q,
+            p.k_cache(),
+            p.v_cache(),
+            p.block_table,
+            p.seq_lens,
+            p.query_start_loc,
+            max_query_len=p.max_query_len,
+            max_seq_len=p.max_seq_len,
+            out=out,
+            lse=lse,
+            softmax_scale=p.softmax_scale,
+            kv_layout=p.layout,
+            k_scale=p.k_scale,
+            v_scale=p.v_scale,
+            config=config,
         )
 
     def _shape_args(self, p: AttentionProblem) -> dict[str, object]:
         spec = p.spec
-        return dict(phase=p.workload.phase, batch=p.batch, max_query_len=p.max_query_len, max_seq_len=p.max_seq_len,
-                    head_size=spec.head_size, gqa_group=spec.gqa_group,
-                    num_sms=torch.cuda.get_device_properties(p.q.device).multi_processor_count,
-                    num_kv_heads=spec.num_kv_heads, kv_cache_bytes=p.k_cache().element_size())
+        return dict(
+            phase=p.workload.phase,
+            batch=p.batch,
+            max_query_len=p.max_query_len,
+            max_seq_len=p.max_seq_len,
+            head_size=spec.head_size,
+            gqa_group=spec.gqa_group,
+            num_sms=torch.cuda.get_device_properties(p.q.device).multi_processor_count,
+            num_kv_heads=spec.num_kv_heads,
+            kv_cache_bytes=p.k_cache().element_size(),
+        )
 
     def prepare(self, p: AttentionProblem) -> None:
         self._alloc(p, lse=True)
@@ -75,8 +94,9 @@ class TritonAttnRunner(Runner):
             if not torch.allclose(out.float(), ref.float(), rtol=2e-2, atol=2e-2):
                 tried.append(f"{cfg.name()}: output differs from the auto config")
                 continue
-            ms = triton.testing.do_bench(lambda c=cfg, o=out: self._call(p, c, o, None), warmup=5, rep=25,
-                                         return_mode="median")
+            ms = triton.testing.do_bench(
+                lambda c=cfg, o=out: self._call(p, c, o, None), warmup=5, rep=25, return_mode="median"
+            )
             if ms < best_ms:
                 best, best_ms = cfg, ms
         self.extra.update(searched=len(space), rejected_configs=tried)

@@ -46,8 +46,15 @@ class TurboQuantRunner(Runner):
         self.problem = p
         spec = p.spec
         if self.cache is None:
-            self.cache = self.tq.allocate_cache(p.kv_cache.shape[0], p.page_size, spec.num_kv_heads,
-                                                spec.head_size, self.bits, p.q.device, layout=p.layout)
+            self.cache = self.tq.allocate_cache(
+                p.kv_cache.shape[0],
+                p.page_size,
+                spec.num_kv_heads,
+                spec.head_size,
+                self.bits,
+                p.q.device,
+                layout=p.layout,
+            )
             self.slots = torch.arange(p.kv_cache.shape[0] * p.page_size, device=p.q.device)
         k, v = self._source(p)
         self.tq.write(self.cache, k.contiguous(), v.contiguous(), self.slots)
@@ -63,8 +70,16 @@ class TurboQuantRunner(Runner):
         p = self.problem
         assert p is not None and self.out is not None
         self.tq.paged_attention(
-            p.q, self.cache, p.block_table, p.seq_lens, p.query_start_loc, max_query_len=p.max_query_len,
-            max_seq_len=p.max_seq_len, out=self.out, lse=self.lse, softmax_scale=p.softmax_scale,
+            p.q,
+            self.cache,
+            p.block_table,
+            p.seq_lens,
+            p.query_start_loc,
+            max_query_len=p.max_query_len,
+            max_seq_len=p.max_seq_len,
+            out=self.out,
+            lse=self.lse,
+            softmax_scale=p.softmax_scale,
         )
 
 
