@@ -18,3 +18,23 @@ def test_readme_commands_are_the_ci_commands() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     for cmd in ('python -m pip install torch==2.13.0 -e ".[dev]"', "python -m pytest"):
         assert cmd in readme and cmd in ci
+
+
+def test_static_priority_table_matches_the_records() -> None:
+    """docs/selection.md's static-priority table is what the backend records' places give."""
+    from hwtune.core.catalogue.priorities import backend_order
+
+    text = (ROOT / "docs" / "selection.md").read_text()
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:5]]
+        for line in text.splitlines()
+        if line.startswith("| SM") or line.startswith("| CPU")
+    }
+    families = {"SM 10.x": "blackwell", "SM 8.x / 9.x, SM 12.x": "ampere_hopper", "CPU": "cpu"}
+    assert set(rows) == set(families)
+    for label, family in families.items():
+        for cell, (kind, mla) in zip(rows[label], [("attention", False), ("attention", True), ("all2all", False)]):
+            want = ", ".join(backend_order(kind, mla, family)) or "-"
+            assert cell == want, f"docs/selection.md {label} {kind} mla={mla}: {cell!r} != {want!r}"
+    for other in ("blackwell_consumer", "other"):  # the doc's second row covers these families too
+        assert backend_order("attention", False, other) == backend_order("attention", False, "ampere_hopper")

@@ -28,6 +28,7 @@ app = typer.Typer(
 
 
 def print_records(records: list[MeasurementRecord], json_out: bool) -> None:
+    """Print records as a table for people, or as a JSON list on stdout under ``--json``."""
     if json_out:
         emit_json([r.to_dict() for r in records])
         return
@@ -52,6 +53,7 @@ def print_records(records: list[MeasurementRecord], json_out: bool) -> None:
 
 
 def exit_code(records: list[MeasurementRecord]) -> int:
+    """The command's exit status: 0 when every record is ok or unsupported (nothing to blame on the backend), else 1."""
     return 0 if all(r.status in ("ok", "unsupported") for r in records) else 1
 
 

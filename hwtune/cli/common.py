@@ -23,6 +23,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def emit_json(payload: Any) -> None:
+    """Write ``payload`` as JSON on stdout and flush, so JSON output stays parseable while people output goes to
+    stderr."""
     sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
     sys.stdout.flush()
 

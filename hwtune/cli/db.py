@@ -33,6 +33,8 @@ DbOpt = typer.Option(
 
 
 class OnError(str, Enum):
+    """What ``hwtune db import`` does with a bad line: abort (write nothing) or skip it."""
+
     skip = "skip"
     abort = "abort"
 

@@ -38,4 +38,5 @@ def _root(
 
 
 def main() -> None:
+    """The ``hwtune`` console-script entry point (pyproject's ``[project.scripts]``)."""
     app()

@@ -21,6 +21,8 @@ app = typer.Typer(
 
 
 class Format(str, Enum):
+    """How ``hwtune select`` prints its selection: text for people, JSON, or one engine's flags."""
+
     text = "text"
     json = "json"
     vllm = "vllm"

@@ -21,6 +21,9 @@ MIB = 1024**2
 
 @dataclass(frozen=True)
 class DeviceProfile:
+    """What selection needs to know of a GPU (or CPU), read from NVML or simulated; torch-free so selection can run
+    for a device the user does not have."""
+
     name: str
     vendor: Literal["nvidia", "cpu"] = "nvidia"
     compute_capability: tuple[int, int] | None = None
@@ -35,6 +38,7 @@ class DeviceProfile:
 
     @property
     def is_cuda(self) -> bool:
+        """An NVIDIA GPU with a known compute capability; everything else is treated as CPU."""
         return self.vendor == "nvidia" and self.compute_capability is not None
 
     @property
@@ -53,6 +57,7 @@ class DeviceProfile:
         return "other"
 
     def describe(self) -> str:
+        """Name and SM version in words ("NVIDIA H100 (SM 9.0, simulated)"), for messages."""
         if not self.is_cuda:
             return f"{self.name} (CPU)"
         assert self.compute_capability is not None
@@ -130,6 +135,7 @@ CPU_PROFILE = DeviceProfile(name="cpu", vendor="cpu", interconnect="none")
 
 
 def simulated_names() -> list[str]:
+    """Every name ``simulated`` accepts, for the ``--device`` help and the unknown-device error."""
     return sorted(_BY_SM) + sorted(_NAMED) + ["cpu"]
 
 

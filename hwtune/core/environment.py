@@ -29,6 +29,9 @@ def _first_installed(*names: str) -> str | None:
 
 @dataclass(frozen=True)
 class SoftwareStack:
+    """Versions of the packages that can change which kernel is fastest or correct, read from package metadata (never
+    imported) so that the selector and the tuner see the same stack."""
+
     torch: str | None
     cuda_runtime: str | None
     triton: str | None
@@ -40,6 +43,7 @@ class SoftwareStack:
     @classmethod
     @functools.lru_cache(maxsize=1)
     def current(cls) -> "SoftwareStack":
+        """This process's stack; cached for the process's lifetime (packages are not expected to change under it)."""
         return cls(
             torch=installed_version("torch"),
             cuda_runtime=torch_cuda_version(),
@@ -79,17 +83,23 @@ FIELD_WORDS = {
 
 @dataclass(frozen=True)
 class Environment:
+    """Device plus software stack: the identity a measurement is stored under and matched against."""
+
     device: DeviceProfile
     stack: SoftwareStack
 
     def fingerprint(self) -> dict[str, Any]:
+        """The JSON-able identity (device fingerprint and stack) that ``hash`` digests."""
         return {"device": self.device.fingerprint(), "stack": self.stack.to_dict()}
 
     def hash(self) -> str:
+        """The fingerprint's stable hash: measurements apply only where this matches."""
         return fingerprint_hash(self.fingerprint())
 
 
 def fingerprint_hash(fingerprint: Mapping[str, Any]) -> str:
+    """A stable 32-hex-digit hash of a fingerprint (canonical JSON, sorted keys), equal across processes and hosts
+    for the same identity."""
     text = json.dumps(fingerprint, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -108,4 +118,5 @@ def differences(measured: Mapping[str, Any], current: Mapping[str, Any]) -> list
 
 
 def current_environment(device: DeviceProfile) -> Environment:
+    """The environment of this process's software stack on ``device`` (real or simulated)."""
     return Environment(device=device, stack=SoftwareStack.current())

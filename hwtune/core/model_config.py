@@ -50,6 +50,7 @@ class ModelInfo:
 
     @property
     def is_moe(self) -> bool:
+        """Whether the model has routed experts, i.e. whether an all2all spec can be derived from it."""
         return bool(self.num_experts)
 
 

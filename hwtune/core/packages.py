@@ -24,6 +24,7 @@ class PackageRequirement:
     alternatives: tuple[str, ...] = ()
 
     def describe(self) -> str:
+        """The requirement as pip writes it (``flashinfer-python>=0.6``), for rejection messages."""
         return f"{self.distribution}{self.specifier}"
 
 

@@ -45,6 +45,8 @@ class LatencyStats:
 
     @classmethod
     def from_samples(cls, samples_us: list[float], ci95_rel: float | None = None) -> "LatencyStats":
+        """Statistics of raw latency samples (linearly interpolated quantiles); ``ci95_rel`` comes from the timer,
+        which alone knows how its samples were taken."""
         if not samples_us:
             raise ValueError("no samples")
         xs = sorted(samples_us)
@@ -115,6 +117,7 @@ class MeasurementRecord:
 
     @property
     def ok(self) -> bool:
+        """Whether the candidate passed the correctness gate and was timed (only then does it have stats)."""
         return self.status == "ok"
 
     def to_dict(self) -> dict[str, Any]:
@@ -134,6 +137,7 @@ class MeasurementRecord:
 
 
 def new_run_id() -> str:
+    """A fresh random id that groups the records of one tuning run."""
     import uuid
 
     return uuid.uuid4().hex

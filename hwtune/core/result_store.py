@@ -14,7 +14,7 @@ class ResultStore(Protocol):
     """Measurements, runs and the shared work queue (items claimed under leases renewed by heartbeats)."""
 
     def write(self, records: Sequence[MeasurementRecord]) -> int:
-        """Store records as measured; returns how many were new."""
+        """Store records as measured; returns how many rows were inserted or changed."""
         ...
 
     def measurements(

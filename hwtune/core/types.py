@@ -78,14 +78,17 @@ def _norm(value: str, aliases: Mapping[str, str], what: str) -> str:
 
 
 def normalize_dtype(value: str) -> str:
+    """The canonical name of a model dtype alias ("bf16" -> "bfloat16"); unknown names are an InvalidSpecError."""
     return _norm(value, DTYPE_ALIASES, "dtype")
 
 
 def normalize_kv_cache_dtype(value: str) -> str:
+    """The canonical name of a kv-cache dtype alias, so that allowlists and workload keys see one spelling."""
     return _norm(value, KV_CACHE_DTYPE_ALIASES, "kv-cache dtype")
 
 
 def normalize_quant_dtype(value: str) -> str:
+    """The canonical name of an all2all activation quant dtype alias, so that allowlists and keys see one spelling."""
     return _norm(value, QUANT_DTYPE_ALIASES, "activation quant dtype")
 
 
@@ -173,6 +176,7 @@ class AttentionSpec:
 
     @property
     def gqa_group(self) -> int:
+        """Query heads per KV head (the GQA group size that kernels' allowlists restrict)."""
         return self.num_heads // self.num_kv_heads
 
     def to_dict(self) -> dict[str, Any]:
@@ -246,6 +250,7 @@ class AttentionWorkload:
 
     @property
     def kind(self) -> str:
+        """Always "attention": lets code handle either workload type without isinstance checks."""
         return "attention"
 
 
@@ -276,6 +281,7 @@ class All2AllSpec:
 
     @property
     def internode(self) -> bool:
+        """Whether the EP group spans nodes (backends then need the internode feature)."""
         return self.num_nodes > 1
 
     def to_dict(self) -> dict[str, Any]:
@@ -320,6 +326,7 @@ class All2AllWorkload:
 
     @property
     def kind(self) -> str:
+        """Always "all2all": lets code handle either workload type without isinstance checks."""
         return "all2all"
 
 
@@ -328,6 +335,7 @@ Workload = AttentionWorkload | All2AllWorkload
 
 
 def workload_from_dict(kind: str, data: Mapping[str, Any]) -> Workload:
+    """Rebuild a workload of ``kind`` from its ``to_dict`` form (as stored or sent to a worker)."""
     if kind == "attention":
         return AttentionWorkload.from_dict(data)
     if kind == "all2all":

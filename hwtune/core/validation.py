@@ -87,6 +87,8 @@ def feature_sentence(feature: Feature, spec: AttentionSpec, who: str) -> str:
 def package_rejections(
     backend: Backend, extra: tuple = (), *, assume_installed: bool, device: DeviceProfile, who: str
 ) -> list[Rejection]:
+    """Why the backend's packages (plus ``extra``) rule it out here: missing or out-of-range distributions, or a
+    CPU-only torch on a GPU; nothing when planning for another machine (``assume_installed``)."""
     if assume_installed:
         return []
     out = []
@@ -107,6 +109,8 @@ def package_rejections(
 
 
 def device_rejections(rules: AttentionRules | All2AllRules, device: DeviceProfile, who: str) -> list[Rejection]:
+    """Why the device rules the backend (or tactic) out: wrong device type or compute capability; at most one reason,
+    since the other rules are moot on the wrong hardware."""
     dtype = "cuda" if device.is_cuda else "cpu"
     assert rules.device_types is not None
     if dtype not in rules.device_types:
@@ -269,12 +273,16 @@ def check_tactic(
 
 
 def phases_of(spec: Spec) -> tuple[str, ...]:
+    """The phases a spec's backend must serve, each with at least one valid tactic: decode and prefill for attention,
+    one dispatch_combine phase for all2all."""
     return ATTENTION_PHASES if isinstance(spec, AttentionSpec) else ("dispatch_combine",)
 
 
 def valid_tactics(
     backend: Backend, spec: Spec, device: DeviceProfile, phase: str, *, assume_installed: bool = False
 ) -> list[Tactic]:
+    """The backend's tactics that serve ``phase`` and pass every check for ``spec`` on ``device``, in declaration
+    order."""
     return [
         t
         for t in backend.tactics

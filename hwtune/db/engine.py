@@ -169,4 +169,6 @@ def journal_mode(engine: Engine) -> str | None:
 
 
 def sqlite_file(engine: Engine) -> Path | None:
+    """The database file behind a SQLite engine (None for PostgreSQL or in-memory SQLite), for status and file
+    checks."""
     return sqlite_path(engine.url) if engine.dialect.name == "sqlite" else None

@@ -28,10 +28,13 @@ def reason(exc: BaseException, url: URL | None = None) -> str:
 
 
 def describe(exc: BaseException, url: URL, what: str) -> str:
+    """A one-line, password-free error for people: "could not <what> at <masked url>: <driver's reason>"."""
     return f"could not {what} at {mask(url)}: {reason(exc, url)}"
 
 
 def sqlstate(exc: BaseException) -> str | None:
+    """The PostgreSQL SQLSTATE of a driver error (None for SQLite and non-driver errors): how failures are classified
+    without parsing message text."""
     return getattr(getattr(exc, "orig", None), "sqlstate", None)
 
 

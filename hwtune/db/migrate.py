@@ -31,6 +31,8 @@ LOCK_TIMEOUT_S = 300.0
 
 
 def config(connection: Connection | None = None) -> Config:
+    """Alembic's configuration for hwtune's own migrations directory; with ``connection``, env.py migrates on that
+    connection (inside the caller's lock) instead of opening its own."""
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.set_main_option("path_separator", "os")
@@ -62,6 +64,7 @@ def current_revision(conn: Connection) -> str | None:
 
 
 def revision_of(engine: Engine) -> str | None:
+    """The store's current schema revision (None: empty database), read on a fresh connection."""
     with engine.connect() as conn:
         return current_revision(conn)
 

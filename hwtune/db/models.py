@@ -55,10 +55,16 @@ def _in(column: str, values: tuple[str, ...]) -> str:
 
 
 class Base(DeclarativeBase):
+    """Declarative base whose metadata names constraints and indexes deterministically, so migrations can refer to
+    them by name on both SQLite and PostgreSQL."""
+
     metadata = MetaData(naming_convention=NAMING)
 
 
 class EnvironmentRow(Base):
+    """One environment fingerprint, stored once and shared by its measurements; the hash is the lookup key and a few
+    fields are copied into columns for people to query."""
+
     __tablename__ = "environments"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -74,6 +80,9 @@ class EnvironmentRow(Base):
 
 
 class WorkloadRow(Base):
+    """One normalised workload under its canonical key, with the spec key and shape columns the selector's indexes
+    look up."""
+
     __tablename__ = "workloads"
     __table_args__ = (
         Index("ix_workloads_spec_shape", "spec_key", "phase", "batch", "context_len", "query_len"),
@@ -94,6 +103,9 @@ class WorkloadRow(Base):
 
 
 class MeasurementRow(Base):
+    """One candidate's result on one workload in one environment; unique per run, so re-writing it updates in place
+    while another run's measurement of the same candidate is kept beside it."""
+
     __tablename__ = "measurements"
     __table_args__ = (
         UniqueConstraint(
@@ -131,6 +143,8 @@ class MeasurementRow(Base):
 
 
 class RunRow(Base):
+    """One ``hwtune tune`` run: who, where, plan, budget, start and end, and its state; resumes look it up by id."""
+
     __tablename__ = "runs"
     __table_args__ = (CheckConstraint(_in("state", RUN_STATES), name="state"),)
 

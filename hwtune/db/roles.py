@@ -24,6 +24,7 @@ _CREATE_ROLE = re.compile(r'^CREATE ROLE "([^"]+)"', re.IGNORECASE)
 
 
 def template() -> str:
+    """roles.sql as shipped in the package, psql variables unfilled (the single source for render and apply)."""
     return importlib.resources.files("hwtune.db").joinpath("sql/roles.sql").read_text()
 
 

@@ -30,6 +30,7 @@ class WorkloadInfo:
     normalized: dict[str, Any]
 
     def row(self) -> dict[str, Any]:
+        """The workloads-table row: shape columns filled for this kind, NULL for the other kind's."""
         d = self.normalized
         if self.kind == "attention":
             shape = {
@@ -70,6 +71,8 @@ def workload_info(kind: str, workload: Mapping[str, Any], claimed_key: str = "")
 
 
 def environment_hash(fingerprint: Mapping[str, Any], claimed_hash: str = "") -> str:
+    """The fingerprint's hash, refusing a ``claimed_hash`` that differs: a stale or edited fingerprint would steer
+    selection for the wrong machine."""
     computed = fingerprint_hash(fingerprint)
     if claimed_hash and claimed_hash != computed:
         raise StoreDataError(
@@ -80,6 +83,7 @@ def environment_hash(fingerprint: Mapping[str, Any], claimed_hash: str = "") -> 
 
 
 def environment_row(fingerprint: Mapping[str, Any], hash_: str, now: _dt.datetime) -> dict[str, Any]:
+    """The environments-table row for a fingerprint, with the fields people query copied into columns."""
     device = fingerprint.get("device") or {}
     stack = fingerprint.get("stack") or {}
     cc = device.get("compute_capability")
@@ -97,6 +101,7 @@ def environment_row(fingerprint: Mapping[str, Any], hash_: str, now: _dt.datetim
 
 
 def measurement_row(rec: MeasurementRecord, environment_id: int, workload_id: int) -> dict[str, Any]:
+    """The measurements-table row for ``rec``; refuses a naive ``created_at`` because the store holds UTC."""
     stats = rec.stats
     if rec.created_at.tzinfo is None:
         raise StoreDataError("created_at must carry a time zone (hwtune stores UTC)")

@@ -65,11 +65,14 @@ def finish(conn: Connection, run_id: str, state: str) -> bool:
 
 
 def get(conn: Connection, run_id: str) -> dict[str, Any] | None:
+    """The run's row as a dict, or None when there is no such run."""
     row = conn.execute(select(R).where(R.c.id == run_id)).mappings().first()
     return dict(row) if row else None
 
 
 def measured_keys(conn: Connection, run_id: str) -> set[tuple[str, str, str]]:
+    """(workload key, backend, tactic) of every measurement stored under ``run_id``, whatever its status: the
+    candidates a resumed run skips."""
     query = (
         select(W.c.key, M.c.backend, M.c.tactic)
         .select_from(M.join(W, M.c.workload_id == W.c.id))

@@ -125,13 +125,16 @@ class Store(StoreReads):
 
     @property
     def dialect(self) -> str:
+        """The SQLAlchemy dialect name, "sqlite" or "postgresql": where behaviour differs (locking, WAL, ANALYZE)."""
         return self.engine.dialect.name
 
     @property
     def masked_url(self) -> str:
+        """The store's URL with the password masked: the only form that goes into messages and logs."""
         return mask(self.url)
 
     def close(self) -> None:
+        """Release the engine's pooled connections (``with Store.open(...)`` calls it on exit)."""
         self.engine.dispose()
 
     def __enter__(self) -> "Store":
@@ -275,20 +278,25 @@ class Store(StoreReads):
     # --- work queue ---------------------------------------------------------------------------------------
 
     def enqueue(self, plan_id: str, items: Sequence[tuple[str, Mapping[str, Any]]]) -> int:
+        """Add (key, payload) items to a distributed plan; see ``hwtune.db.queue.enqueue``."""
         return self._write(lambda c: queue.enqueue(c, plan_id, items), "enqueue work items")
 
     def claim(
         self, plan_id: str, worker: str, n: int, lease_s: float, max_attempts: int = 3
     ) -> list[tuple[str, dict[str, Any]]]:
+        """Lease up to ``n`` items of a plan to ``worker``; see ``hwtune.db.queue.claim``."""
         return self._write(lambda c: queue.claim(c, plan_id, worker, n, lease_s, max_attempts), "claim work")
 
     def heartbeat(self, plan_id: str, worker: str, keys: Sequence[str], lease_s: float) -> list[str]:
+        """Extend ``worker``'s leases on ``keys``; see ``hwtune.db.queue.heartbeat``."""
         return self._write(lambda c: queue.heartbeat(c, plan_id, worker, keys, lease_s), "renew leases")
 
     def complete(self, plan_id: str, key: str, ok: bool, worker: str | None = None) -> bool:
+        """Mark a work item done or failed; see ``hwtune.db.queue.complete``."""
         return self._write(lambda c: queue.complete(c, plan_id, key, ok, worker), "complete a work item")
 
     def queue_state(self, plan_id: str) -> dict[str, int]:
+        """Items per state of one plan; see ``hwtune.db.queue.queue_state``."""
         with self._read() as conn:
             return queue.queue_state(conn, plan_id)
 
@@ -311,6 +319,7 @@ class Store(StoreReads):
     # --- inspection ---------------------------------------------------------------------------------------
 
     def revision(self) -> str | None:
+        """The store's schema revision (None for an empty database)."""
         with self._read() as conn:
             return migrate.current_revision(conn)
 

@@ -156,6 +156,8 @@ def import_jsonl(
 
 @dataclass
 class CopyReport:
+    """What a push or pull did: measurements read from the source, and rows new or changed in the target."""
+
     read: int = 0
     copied: int = 0
 

@@ -223,6 +223,9 @@ def _merge_kernel(
 # --- host-side plan ------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class LaunchPlan:
+    """Tile sizes, splits and grid of one launch, from host integers only (so a call never syncs and can be captured
+    in a CUDA graph); built by ``plan_launch``."""
+
     block_m: int
     block_q: int
     block_n: int
@@ -234,6 +237,8 @@ class LaunchPlan:
     heads_fast: bool = False
 
     def grid(self, num_kv_heads: int) -> tuple[int, int, int]:
+        """The launch grid (query-tile programs, KV heads, splits); heads-fast folds the KV heads into axis 0 so the
+        hardware's axis-0 dispatch order interleaves heads (see ``program_coords``)."""
         if self.heads_fast:
             return (self.grid0 * num_kv_heads, 1, self.num_splits)
         return (self.grid0, num_kv_heads, self.num_splits)
@@ -257,10 +262,13 @@ def num_sms(device: torch.device) -> int:
 
 
 def interpreting() -> bool:
+    """Whether Triton's CPU interpreter is on (TRITON_INTERPRET), the only way the kernels accept CPU tensors."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def check_runnable(*tensors: torch.Tensor) -> None:
+    """Refuse CPU tensors unless Triton's interpreter is on, with the way out in the message, instead of Triton's own
+    obscure failure."""
     for t in tensors:
         if t.device.type != "cuda" and not interpreting():
             raise RuntimeError(
@@ -368,6 +376,8 @@ def merge_splits(
     query_start_loc: torch.Tensor,
     batch: int,
 ) -> None:
+    """Combine the split-KV partials into ``out`` (and ``lse``) by their LSEs: exact for any split, and padding
+    tokens past the batch's queries are left untouched."""
     splits, num_tokens, num_heads, head_size = part_o.shape
     lse_arg = lse if lse is not None else part_lse
     _merge_kernel[(num_tokens, num_heads)](

@@ -71,6 +71,7 @@ def next_pow2(n: int) -> int:
 
 
 def cdiv(a: int, b: int) -> int:
+    """Ceiling division of integers (host-side; no floats, so exact for any size)."""
     return -(-a // b)
 
 

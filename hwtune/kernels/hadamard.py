@@ -25,6 +25,7 @@ import torch
 
 
 def is_power_of_two(n: int) -> bool:
+    """Whether ``n`` is a positive power of two: Sylvester's construction exists only for those sizes."""
     return n >= 1 and n & (n - 1) == 0
 
 

@@ -77,12 +77,15 @@ class TurboQuantCache:
         )
 
     def scale_strides(self) -> tuple[int, int, int]:
+        """(block, position-in-page, head) strides of the scale/zero tensors, whatever the layout (as
+        ``code_strides``)."""
         s = self.k_scales
         return (
             (s.stride(0), s.stride(1), s.stride(2)) if self.layout == "NHD" else (s.stride(0), s.stride(2), s.stride(1))
         )
 
     def nbytes(self) -> int:
+        """Bytes of the cache's codes, scales and zeros (rotation and Hadamard excluded), for memory accounting."""
         tensors = (self.k_codes, self.v_codes, self.k_scales, self.v_scales, self.k_zeros, self.v_zeros)
         return sum(t.numel() * t.element_size() for t in tensors)
 

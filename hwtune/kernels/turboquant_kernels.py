@@ -350,6 +350,9 @@ def tq_attn_kernel(
     SPLIT: tl.constexpr,
     WRITE_LSE: tl.constexpr,
 ):
+    """Paged attention on TurboQuant codes: one program per (query tile, KV head, split); rotates the query, scores
+    and accumulates on centred codes, un-rotates, then stores the output or its split partial (see the module
+    docstring)."""
     HALF: tl.constexpr = HEAD_D // 2
     pid_q, kv_head, split = program_coords(num_kv_heads, HEADS_FAST)
     tiles_left, req, rows_tok, rows_pos, head, row_ok, first_pos, kv_end = query_tile(

@@ -20,6 +20,9 @@ from hwtune.core.records import LatencyStats
 
 @dataclass(frozen=True)
 class TimingOptions:
+    """How long and how carefully to time one candidate: the time cap, the median's target confidence, rep limits,
+    warm-up, L2 flushing, CUDA graphs and the GPU lead spin."""
+
     time_cap_s: float = 3.0
     target_ci: float = 0.01
     min_reps: int = 20

@@ -29,6 +29,9 @@ NEIGHBOURS = 4
 
 @dataclass(frozen=True)
 class Point:
+    """One measured shape of one (backend, tactic, phase): the median over hosts of each host's median (so one odd
+    host cannot flip a choice), and how many hosts measured it."""
+
     batch: int
     context: int
     query_len: int
@@ -45,6 +48,7 @@ class Evidence:
     notes: list[str] = field(default_factory=list)
 
     def backends(self) -> set[str]:
+        """Backends with at least one usable (ok, this-environment) measurement."""
         return {b for b, _, _ in self.points}
 
 
@@ -153,6 +157,9 @@ def _least_squares(rows: list[tuple[float, float, float]], y: list[float]) -> li
 
 @dataclass
 class Costed:
+    """A backend's estimated cost over the workload mix: weighted latency, whether every point was measured exactly,
+    the weight-averaged confidence, and its main tactic and cost per phase."""
+
     backend: str
     cost_us: float  # weighted latency over the mix
     exact: bool

@@ -52,6 +52,8 @@ def not_valid_message(
     device: DeviceProfile,
     how: str,
 ) -> str:
+    """Why the explicitly requested backend (``how`` says where the request came from) cannot serve the spec: every
+    reason, the valid alternatives, and the ways out."""
     lines = [f"The requested {kind} backend {backend.name} ({how}) cannot serve this spec on {device.describe()}:"]
     lines += [f"  - {r.message}" for r in rejections]
     if valid:
@@ -64,6 +66,8 @@ def not_valid_message(
 
 
 def no_valid_message(kind: str, rejected: Mapping[str, Sequence[Rejection]], spec: Spec, device: DeviceProfile) -> str:
+    """The error when no backend is valid: every backend's reasons, so the requirement that rules them all out can be
+    spotted."""
     what = "model" if isinstance(spec, AttentionSpec) else "MoE layer"
     lines = [f"No {kind} backend can serve this {what} on {device.describe()}. Every backend's reasons:"]
     for name, reasons in rejected.items():

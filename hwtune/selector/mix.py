@@ -24,6 +24,9 @@ PREFILL_CHUNKS = (512, 2048, 8192)
 
 @dataclass(frozen=True)
 class MixPoint:
+    """One point of the workload mix the selector costs backends over: a shape and its weight, a share of GPU time
+    (the built-in profiles' weights sum to 1; a file's are relative)."""
+
     phase: str  # decode | prefill
     batch: int
     context: int

@@ -101,6 +101,8 @@ class Selection:
         return json.dumps(self.to_dict(), indent=indent)
 
     def explain(self) -> str:
+        """The selection for people: the choice, notes, each ranked backend with its source and estimate, and every
+        rejection with its reasons (``hwtune select --explain``)."""
         lines = [f"{self.kind} backend for {self.device.describe()}: {self.backend} (tactic {self.tactic})"]
         if self.requested:
             lines.append(f"  requested explicitly: {self.requested}")
@@ -124,11 +126,13 @@ class Selection:
         return "\n".join(lines)
 
     def to_vllm_args(self) -> list[str]:
+        """The vLLM command-line flags that make vLLM use the chosen backend."""
         from hwtune.selector.engine_flags import vllm_args
 
         return vllm_args(self)
 
     def to_sglang_args(self) -> list[str]:
+        """The SGLang command-line flags that make SGLang use the chosen backend (and tactic where it names one)."""
         from hwtune.selector.engine_flags import sglang_args
 
         return sglang_args(self)

@@ -40,12 +40,16 @@ CPU_PREFILL_CHUNK, CPU_PREFILL_PREFIX = {"coarse": (64,), "refine": ()}, {"coars
 
 @dataclass(frozen=True)
 class PlanItem:
+    """One workload of a plan, its grid level (0 coarse, 1 refinement) and the backends to try (None: the plan's
+    default)."""
+
     workload: Workload
     level: int = 0
     backends: tuple[str, ...] | None = None  # None: every valid backend
 
     @property
     def kind(self) -> str:
+        """The workload's kind, "attention" or "all2all"."""
         return self.workload.kind
 
     @property
@@ -68,6 +72,9 @@ QUICK_BACKENDS = catalogue.quick_backends("attention")
 
 @dataclass
 class Plan:
+    """What a tuning run measures: its items (one per workload), notes for people, the time cap per candidate, and
+    the default backends for items that name none."""
+
     name: str
     items: list[PlanItem]
     notes: list[str] = field(default_factory=list)
@@ -183,6 +190,8 @@ def attention_items(
 def all2all_items(
     spec: All2AllSpec, *, quick: bool = False, max_tokens: int = 8192, tokens: Mapping[str, Iterable[int]] | None = None
 ) -> list[PlanItem]:
+    """The all2all token sweep for ``spec`` (coarse, then refinement points), capped at ``max_tokens`` tokens per
+    rank."""
     grid = tokens or ({"coarse": (16, 1024), "refine": ()} if quick else A2A_TOKENS)
     return [
         PlanItem(All2AllWorkload(spec, tokens_per_rank=t), 0 if key == "coarse" else 1)
@@ -205,6 +214,8 @@ def plan_from_model(
     attention_overrides: Mapping[str, Any] | None = None,
     quant_dtypes: Iterable[str] = ("bf16", "fp8"),
 ) -> Plan:
+    """The plan for a model as an engine would start it (tp/ep, limits): attention grid, and all2all sweeps per quant
+    dtype when the model is MoE and ``ep >= 2``; what is left out is said in the notes."""
     info = model if isinstance(model, ModelInfo) else load_model_config(model)
     kinds = set(kinds)
     notes: list[str] = []
@@ -240,6 +251,8 @@ DEFAULT_SPEC = AttentionSpec(num_heads=32, num_kv_heads=8, head_size=128)
 def default_plan(
     *, quick: bool = False, device: DeviceProfile | None = None, kinds: Iterable[str] = ("attention",)
 ) -> Plan:
+    """The plan when no model or plan file is given: a Llama-3.1-8B-shaped attention grid (and an all2all sweep of a
+    generic MoE layer when asked)."""
     notes: list[str] = ["no --model or --plan: default plan for a Llama-3.1-8B-shaped model (32/8 heads, head 128)"]
     items = attention_items(DEFAULT_SPEC, quick=quick, device=device, notes=notes) if "attention" in kinds else []
     if "all2all" in kinds:

@@ -11,6 +11,9 @@ from hwtune.core.records import MeasurementRecord
 
 @dataclass(frozen=True)
 class Winner:
+    """The fastest ok candidate of one workload, the runner-up and its margin, and how many candidates were ok and
+    how many failed: one row of the end-of-run table."""
+
     kind: str
     label: str  # e.g. "decode b64 ctx32768"
     backend: str
@@ -48,6 +51,7 @@ def workload_label(rec: MeasurementRecord) -> tuple[tuple, str]:
 
 
 def winners(records: Iterable[MeasurementRecord]) -> list[Winner]:
+    """The winner of every workload that has at least one ok measurement, in workload order."""
     by_workload: dict[str, list[MeasurementRecord]] = defaultdict(list)
     for r in records:
         by_workload[r.workload_key].append(r)

@@ -37,6 +37,9 @@ from hwtune.tuner.schedule import order_refinements
 
 @dataclass
 class TuneReport:
+    """What a tuning run did: ids, items done and skipped for budget, records written per status, compile times,
+    elapsed time and final state."""
+
     plan_id: str
     run_id: str
     environment_hash: str
@@ -55,6 +58,8 @@ Progress = Callable[[str, int, int, str], None]  # (event, done, total, message)
 
 
 def plan_queue_id(plan: Plan, env: Environment) -> str:
+    """The work-queue id of a plan in an environment: nodes that share the plan and environment share the queue, and
+    a different environment never picks up another's items."""
     return f"{plan.digest()}-{env.hash()[:12]}"
 
 

@@ -45,6 +45,7 @@ def backends(kind: str) -> tuple[Backend, ...]:
 
 
 def names(kind: str) -> list[str]:
+    """Backend names of a kind in declaration order (the list an unknown-name error offers)."""
     return [b.name for b in backends(kind)]
 
 

@@ -63,6 +63,7 @@ class IntRule:
     maximum: int | None = None
 
     def allows(self, value: int) -> bool:
+        """Whether ``value`` is allowed; an empty rule allows nothing (fail closed)."""
         if self.values:
             return value in self.values
         if self.multiple_of is None:
@@ -74,6 +75,7 @@ class IntRule:
         return self.maximum is None or value <= self.maximum
 
     def describe(self) -> str:
+        """The rule in words, for error messages and the catalogue doc."""
         if self.values:
             return ", ".join(str(v) for v in sorted(self.values))
         if self.multiple_of is None:
@@ -92,10 +94,12 @@ class IntRule:
 
 
 def ints(*values: int) -> IntRule:
+    """An allowlist of exactly these integers (shorthand for declarations)."""
     return IntRule(values=frozenset(values))
 
 
 def multiple_of(n: int, minimum: int | None = None, maximum: int | None = None) -> IntRule:
+    """An allowlist of multiples of ``n`` within optional inclusive bounds (shorthand for declarations)."""
     return IntRule(multiple_of=n, minimum=minimum, maximum=maximum)
 
 
@@ -107,9 +111,11 @@ class CCRange:
     high: tuple[int, int] = (99, 9)
 
     def allows(self, cc: tuple[int, int]) -> bool:
+        """Whether compute capability ``cc`` lies in the inclusive range."""
         return self.low <= cc <= self.high
 
     def describe(self) -> str:
+        """The range in words ("SM >= 8.0", "SM 9.0", "SM 8.0 to 9.0"); the default high means open-ended."""
         lo = f"{self.low[0]}.{self.low[1]}"
         if self.high == (99, 9):
             return f"SM >= {lo}"
@@ -118,10 +124,12 @@ class CCRange:
 
 
 def describe_ccs(ranges: Iterable[CCRange]) -> str:
+    """Several compute-capability ranges in words, joined by "or"."""
     return " or ".join(r.describe() for r in ranges)
 
 
 def fs(*values: str) -> frozenset[str]:
+    """A frozenset of strings (shorthand for declarations' allowlists)."""
     return frozenset(values)
 
 
@@ -145,6 +153,8 @@ class AttentionRules:
 
 @dataclass(frozen=True)
 class All2AllRules:
+    """Rule fields shared by all2all backends and their tactics (None on a tactic = as the backend)."""
+
     device_types: frozenset[str] | None = None
     compute_capabilities: tuple[CCRange, ...] | None = None
     quant_dtypes: frozenset[str] | None = None
@@ -224,6 +234,8 @@ class Hazard:
     quant_dtypes: frozenset[str] | None = None
 
     def applies(self, spec: object) -> bool:
+        """Whether the hazard concerns ``spec``: its EP size and quant dtype fall within the hazard's narrowing (an
+        unset narrowing matches any spec)."""
         ep = getattr(spec, "ep_size", None)
         if self.ep_sizes is not None and (ep is None or not self.ep_sizes.allows(ep)):
             return False
@@ -273,10 +285,12 @@ class Backend:
         return (self.name,) if len(tactics) == len(self.tactics) else tuple(f"{self.name}:{t}" for t in tactics)
 
     def has(self, feature: Feature) -> bool:
+        """Whether the backend declares ``feature`` in its own rules (tactic-level features are not consulted)."""
         feats = self.rules.features or frozenset()
         return feature in feats
 
     def tactic(self, name: str) -> Tactic | None:
+        """The tactic called ``name``, or None if the backend has none by that name."""
         return next((t for t in self.tactics if t.name == name), None)
 
     def effective(self, tactic: Tactic) -> AttentionRules | All2AllRules:

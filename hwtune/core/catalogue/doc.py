@@ -49,6 +49,7 @@ def _backend(b: Backend) -> list[str]:
 
 
 def markdown(kinds: Iterable[str] = ("attention", "all2all")) -> str:
+    """The catalogue of ``kinds`` as Markdown; docs/catalogue.md is this output, kept equal by a test."""
     out: list[str] = []
     for kind in kinds:
         out += [f"## {kind} backends", ""]

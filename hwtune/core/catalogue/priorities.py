@@ -29,6 +29,7 @@ def tactic_order(backend: Backend, family: str, phase: str) -> Sequence[str]:
 
 
 def describe_family(family: str) -> str:
+    """An architecture family in words, for messages that say which static order was used."""
     return {
         "blackwell": "SM 10.x (Blackwell)",
         "blackwell_consumer": "SM 12.x (consumer Blackwell)",

@@ -37,6 +37,7 @@ class Sources:
 
     @property
     def tokens(self) -> int:
+        """Tokens per rank (every rank sends the same number)."""
         return self.batches[0].num_tokens
 
 
@@ -55,12 +56,16 @@ def build_sources(spec: All2AllSpec, tokens: int, routing: str, *, seed: int, de
 
 @dataclass
 class Verdict:
+    """One rank's correctness result: pass/fail with reasons, and the error figures that go into the record; gathered
+    from every rank so that all reach the same decision."""
+
     rank: int
     passed: bool = True
     reasons: list[str] = field(default_factory=list)
     figures: dict[str, float] = field(default_factory=dict)
 
     def fail(self, reason: str) -> None:
+        """Record a failure reason; a verdict keeps every reason so the record says all that went wrong."""
         self.passed = False
         self.reasons.append(reason)
 

@@ -43,12 +43,16 @@ POLL_S = 0.05
 
 
 def free_port() -> int:
+    """A TCP port that is free on localhost when asked, for a new group's rendezvous (nothing reserves it until the
+    ranks bind)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
 def child_env(extra: Mapping[str, str] | None, device: str) -> dict[str, str]:
+    """The ranks' environment: ours plus ``extra``, hwtune importable, unbuffered output, and NVLink multicast off
+    whatever the caller asked (it is applied last)."""
     env = dict(os.environ)
     env.update(NO_MULTICAST_ENV)
     root = str(Path(hwtune.__file__).resolve().parent.parent)

@@ -43,6 +43,7 @@ def device_profile(device: str) -> DeviceProfile:
 
 
 def visible_gpus(profile: DeviceProfile) -> int:
+    """GPUs a trial may use: those CUDA_VISIBLE_DEVICES lists when set (empty or -1 means none), else NVML's count."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return len([v for v in visible.split(",") if v.strip() and v.strip() != "-1"])

@@ -49,15 +49,19 @@ class Payload:
 
     @property
     def num_tokens(self) -> int:
+        """Rows (tokens) of the payload."""
         return int(self.parts[0].shape[0])
 
     def bytes_per_token(self) -> int:
+        """Bytes one token's parts occupy on the wire (for bandwidth figures)."""
         return sum(math.prod(p.shape[1:]) * p.element_size() for p in self.parts)
 
     def index_select(self, rows: torch.Tensor) -> Payload:
+        """The payload of the selected rows, parts kept row-aligned and the global scale carried along."""
         return Payload(self.kind, [p.index_select(0, rows) for p in self.parts], self.hidden, self.global_scale)
 
     def with_parts(self, parts: list[torch.Tensor]) -> Payload:
+        """A payload of the same format over other (e.g. received) parts, keeping kind, hidden and global scale."""
         return Payload(self.kind, parts, self.hidden, self.global_scale)
 
 
@@ -83,12 +87,15 @@ def part_widths(kind: str, hidden: int) -> list[int]:
 
 
 def bytes_per_token(kind: str, hidden: int) -> int:
+    """Bytes per token of a ``kind`` payload of width ``hidden``, computed without quantising anything."""
     return sum(
         w * torch.empty((), dtype=d).element_size() for w, d in zip(part_widths(kind, hidden), part_dtypes(kind))
     )
 
 
 def check_hidden(kind: str, hidden: int) -> None:
+    """Raise PayloadShapeError (reported as ``unsupported``) when ``kind`` is unknown or its block size does not
+    divide ``hidden``."""
     if kind == "fp8" and hidden % FP8_BLOCK:
         raise PayloadShapeError(
             f"fp8 block quantisation needs a hidden size that is a multiple of {FP8_BLOCK}; got {hidden}"
@@ -154,6 +161,7 @@ def e2m1_encode(v: torch.Tensor) -> torch.Tensor:
 
 
 def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
+    """Float32 values of e2m1 codes (0..15, bit 3 the sign): the inverse of ``e2m1_encode``."""
     lut = torch.tensor(E2M1_VALUES + tuple(-v for v in E2M1_VALUES), dtype=torch.float32, device=codes.device)
     return lut[codes.to(torch.int64)]
 
@@ -165,6 +173,7 @@ def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
 
 
 def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
+    """[T, H/2] bytes -> [T, H] codes, element 2i from the low nibble: the inverse of ``pack_nibbles``."""
     t, half = packed.shape
     out = torch.empty((t, half * 2), dtype=torch.uint8, device=packed.device)
     out[:, 0::2] = packed & 0x0F

@@ -18,6 +18,8 @@ from hwtune.probes.all2all.trial import ItemResult, TrialSpec
 
 
 def measure_peak(ctx: Any, spec: TrialSpec, iters: int = 20, warmup: int = 5) -> ItemResult:
+    """The interconnect's all-to-all peak on this group: median (over iterations) of the slowest rank's time for one
+    evenly split ``all_to_all_single`` of ``spec.peak_bytes``, as algorithm bandwidth in ``extra``."""
     from hwtune.core.records import LatencyStats
 
     ws = ctx.world_size

@@ -37,10 +37,12 @@ class Routing:
 
     @property
     def num_tokens(self) -> int:
+        """Tokens routed (rows of ``topk_ids``)."""
         return int(self.topk_ids.shape[0])
 
 
 def experts_per_rank(num_experts: int, ep_size: int) -> int:
+    """Experts per rank under contiguous placement; refuses an ``ep_size`` that does not divide the experts."""
     if num_experts % ep_size:
         raise ValueError(f"num_experts ({num_experts}) must be divisible by ep_size ({ep_size})")
     return num_experts // ep_size

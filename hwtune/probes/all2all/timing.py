@@ -30,6 +30,9 @@ from hwtune.probes.timing import median_ci_rel
 
 @dataclass
 class TimingResult:
+    """One candidate's per-iteration times in microseconds (each the slowest rank's), identical on every rank, with
+    the method used and notes such as why CUDA graphs were not used."""
+
     total_us: list[float]
     dispatch_us: list[float]
     combine_us: list[float]

@@ -64,9 +64,11 @@ class TrialSpec:
         return cls(**d)
 
     def with_items(self, items: tuple[TrialItem, ...]) -> TrialSpec:
+        """The same trial over other workloads (the launcher restarts the rest of a sweep in a new group)."""
         return dataclasses.replace(self, items=items)
 
     def with_port(self, port: int) -> TrialSpec:
+        """The same trial with the rendezvous port of a new process group."""
         return dataclasses.replace(self, master_port=port)
 
 

@@ -176,6 +176,8 @@ def _peak(ctx: Any, spec: TrialSpec) -> ItemResult:
 
 
 def main(argv: list[str]) -> int:
+    """One rank of a trial (argv: spec path, output dir, rank): every outcome, crash included, is written as a JSON
+    line, then the process exits with ``os._exit`` so teardown cannot hang on peers that already left."""
     spec_path, out_dir, rank = Path(argv[0]), Path(argv[1]), int(argv[2])
     faulthandler.enable()  # a segfault leaves its Python stack in this rank's stderr
     spec = TrialSpec.from_json(spec_path.read_text())

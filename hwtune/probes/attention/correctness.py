@@ -27,11 +27,14 @@ FP8_LSE_ABS_TOL = 6e-2
 
 @dataclass
 class Verdict:
+    """The outcome of one comparison: pass/fail, the error figures (recorded either way) and the problems found."""
+
     ok: bool
     figures: dict[str, float] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
     def message(self, label: str) -> str:
+        """The problems as one line, prefixed with which check found them ("batch A (graph replay)", ...)."""
         return f"{label}: " + "; ".join(self.problems)
 
 

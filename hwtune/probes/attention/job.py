@@ -27,6 +27,8 @@ from hwtune.probes.timing import TimingOptions, capture_graph, time_cpu, time_cu
 
 
 class WrongAnswer(Exception):
+    """A correctness-gate failure inside a job, carrying the error figures so the record keeps the evidence."""
+
     def __init__(self, message: str, figures: dict[str, float]) -> None:
         super().__init__(message)
         self.figures = figures

@@ -38,6 +38,8 @@ class Planned:
 
     @property
     def runnable(self) -> bool:
+        """Whether the catalogue found no reason against it; the others are recorded as unsupported, with these
+        reasons, without starting a worker."""
         return not self.reasons
 
 

@@ -28,6 +28,7 @@ _TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32"
 
 
 def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a normalised dtype name (``AttentionSpec.dtype``)."""
     return _TORCH_DTYPES[name]
 
 
@@ -55,36 +56,45 @@ class AttentionProblem:
 
     @property
     def spec(self):  # noqa: ANN201 - AttentionSpec
+        """The workload's AttentionSpec."""
         return self.workload.spec
 
     @property
     def batch(self) -> int:
+        """Requests in the batch."""
         return len(self.seq_lens_list)
 
     @property
     def num_tokens(self) -> int:
+        """Query tokens of the whole batch (rows of ``q`` and ``out``)."""
         return int(sum(self.query_lens))
 
     @property
     def max_query_len(self) -> int:
+        """The longest request's new tokens (kernels size their query tiles from it)."""
         return max(self.query_lens)
 
     @property
     def max_seq_len(self) -> int:
+        """The longest request's context, new tokens included."""
         return max(self.seq_lens_list)
 
     @property
     def page_size(self) -> int:
+        """Tokens per cache page (the spec's block size)."""
         return self.spec.block_size
 
     @property
     def is_fp8(self) -> bool:
+        """Whether the cache is float8_e4m3fn, so readers must apply ``k_scale``/``v_scale``."""
         return self.kv_cache.dtype == torch.float8_e4m3fn
 
     def k_cache(self) -> torch.Tensor:
+        """K as a strided view of the joint cache (``[:, 0]``), as vLLM hands separate K/V to kernels."""
         return self.kv_cache[:, 0]
 
     def v_cache(self) -> torch.Tensor:
+        """V as a strided view of the joint cache (``[:, 1]``)."""
         return self.kv_cache[:, 1]
 
     def gather_kv(self, r: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -101,6 +111,7 @@ class AttentionProblem:
         return k, v
 
     def query_slice(self, r: int) -> slice:
+        """Rows of request ``r``'s new tokens in ``q``/``out`` (requests are packed in order)."""
         start = int(sum(self.query_lens[:r]))
         return slice(start, start + self.query_lens[r])
 

@@ -42,7 +42,7 @@ class WorkerPool:
     def _start(self) -> None:
         read_fd, write_fd = os.pipe()
         fd, self._log = tempfile.mkstemp(prefix="hwtune-worker-", suffix=".log")
-        env = {**os.environ, **NO_MULTICAST_ENV, **self.env, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, **self.env, **NO_MULTICAST_ENV, "PYTHONUNBUFFERED": "1"}  # multicast stays off
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "hwtune.probes.attention.worker", "--result-fd", str(write_fd)],
             stdin=subprocess.PIPE,
@@ -77,6 +77,7 @@ class WorkerPool:
         self._proc, self._result_fd, self._log = None, None, None
 
     def close(self) -> None:
+        """Let the worker exit on EOF (10 s grace), then kill its process group and remove its log."""
         if self._proc is not None and self._proc.poll() is None and self._proc.stdin:
             try:
                 self._proc.stdin.close()  # EOF: the worker exits on its own
@@ -92,6 +93,8 @@ class WorkerPool:
         self.close()
 
     def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Run one job in the worker (started afresh if none is alive) and return its result dict; a timeout or crash
+        becomes a result too, and any unhealthy outcome discards the worker."""
         if self._proc is None or self._proc.poll() is not None:
             self._kill()
             self._start()
@@ -161,6 +164,8 @@ def _serve(result_fd: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The worker process's entry point: serve jobs from stdin, writing one JSON result line per job to
+    ``--result-fd``."""
     import argparse
 
     parser = argparse.ArgumentParser(description="hwtune measurement worker (started by WorkerPool)")

@@ -21,6 +21,9 @@ from hwtune.probes.all2all.candidates.base import (
 
 
 class AllGatherReduceScatterCandidate(Candidate):
+    """Wraps ``dist.all_gather_into_tensor`` (dispatch, all tokens' packed rows) and ``dist.reduce_scatter_tensor``
+    (combine), as vLLM's AgRsAll2AllManager; fixed shapes, so graph-safe."""
+
     name = "allgather_reducescatter"
     graph_safe = True
 

@@ -49,9 +49,11 @@ class RankContext:
 
     @property
     def is_cuda(self) -> bool:
+        """Whether this rank runs on a GPU (NCCL) rather than the CPU (gloo)."""
         return self.device.type == "cuda"
 
     def all_gather_object(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj`` in rank order, through the gloo control group (host objects never touch NCCL)."""
         out: list[Any] = [None] * self.world_size
         dist.all_gather_object(out, obj, group=self.cpu_group)
         return out
@@ -67,6 +69,7 @@ class LocalBatch:
 
     @property
     def num_tokens(self) -> int:
+        """Tokens this rank sends (rows of the routing)."""
         return int(self.topk_ids.shape[0])
 
 
@@ -84,6 +87,7 @@ class Dispatched:
 
     @property
     def num_rows(self) -> int:
+        """Received rows, padding included (see ``valid``)."""
         return int(self.expert_ids.shape[0])
 
 
@@ -111,6 +115,8 @@ class Candidate:
         """Allocate what the candidate needs for the whole trial."""
 
     def dispatch(self, batch: LocalBatch, *, verify: bool) -> Dispatched:
+        """Send ``batch``'s tokens to the ranks of their experts and report what arrived here as ``Dispatched``; with
+        ``verify``, fill ``src_rank``/``src_token`` so the harness can check every row's origin."""
         raise NotImplementedError
 
     def combine(self, dispatched: Dispatched, expert_out: torch.Tensor) -> torch.Tensor:
@@ -121,6 +127,7 @@ class Candidate:
 
     @property
     def experts_per_rank(self) -> int:
+        """Experts each rank holds (contiguous placement: expert e lives on rank e // experts_per_rank)."""
         return self.spec.num_experts // self.ctx.world_size
 
     def local_expert_ids(self, ids: torch.Tensor) -> torch.Tensor:

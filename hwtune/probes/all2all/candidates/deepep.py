@@ -34,10 +34,15 @@ class _DeepEP(Candidate):
 
 
 class DeepEPHighThroughputCandidate(_DeepEP):
+    """DeepEP's normal (high-throughput) kernels: not driven yet, so set-up reports ``unsupported`` where deep_ep is
+    installed."""
+
     name = "deepep_high_throughput"
     mode = "high-throughput (normal)"
 
 
 class DeepEPLowLatencyCandidate(_DeepEP):
+    """DeepEP's low-latency kernels: not driven yet, so set-up reports ``unsupported`` where deep_ep is installed."""
+
     name = "deepep_low_latency"
     mode = "low-latency"

@@ -23,7 +23,13 @@ from hwtune.probes.contract import Unsupported
 
 
 class TorchGroupComm:
-    """FlashInfer ``CommBackend`` over a torch.distributed (gloo) group, structurally typed."""
+    """FlashInfer ``CommBackend`` over a torch.distributed (gloo) group, structurally typed.
+
+    Its methods mimic the mpi4py communicator interface FlashInfer expects from its default MPI backend
+    (``Get_rank``, ``Get_size``, ``allgather``, ``bcast``, ``barrier``, ``Split``), hence the capitalised names:
+    object collectives on the group, ``bcast``'s root a rank within the group, and ``Split`` returning this
+    communicator itself, since a pure expert-parallel world has one group.
+    """
 
     def __init__(self, group: Any) -> None:
         self._group = group
@@ -52,6 +58,7 @@ class TorchGroupComm:
 
 
 def require_cuda(ctx: RankContext, name: str) -> None:
+    """Raise Unsupported on a CPU trial: FlashInfer's NVLink kernels exist only for NVIDIA GPUs."""
     if not ctx.is_cuda:
         raise Unsupported(f"{name} runs on NVIDIA GPUs only (FlashInfer NVLink kernels); this trial runs on the CPU.")
 

@@ -22,6 +22,9 @@ from hwtune.probes.all2all.candidates.flashinfer_common import TorchGroupComm, f
 
 
 class OneSidedCandidate(Candidate):
+    """Wraps FlashInfer's ``MoeAlltoAll.dispatch``/``combine`` (one-sided writes into peers' NVLink-mapped
+    workspaces); graph-safe, and FlashInfer's refusals before the first full round count as ``unsupported``."""
+
     name = "flashinfer_nvlink_one_sided"
     graph_safe = True
 

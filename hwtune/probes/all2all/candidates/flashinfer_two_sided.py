@@ -26,6 +26,10 @@ from hwtune.probes.all2all.candidates.flashinfer_common import (
 
 
 class TwoSidedCandidate(Candidate):
+    """Wraps FlashInfer's ``MnnvlMoe`` all-to-all-v (``mnnvl_moe_alltoallv_prepare_without_allgather``,
+    ``mnnvl_moe_alltoallv``, ``mnnvl_moe_alltoallv_combine``); not graph-safe, since the valid-row count is read on
+    the host."""
+
     name = "flashinfer_nvlink_two_sided"
     graph_safe = False
 

@@ -19,6 +19,9 @@ from hwtune.probes.all2all.candidates.base import (
 
 
 class NaiveCandidate(Candidate):
+    """Wraps one ``dist.broadcast`` per source rank (dispatch) and a full ``dist.all_reduce`` then a slice (combine),
+    as vLLM's NaiveAll2AllManager: the baseline whose traffic ignores the routing."""
+
     name = "naive"
     graph_safe = False
 

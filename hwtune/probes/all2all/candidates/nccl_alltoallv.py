@@ -34,6 +34,9 @@ class _State:
 
 
 class AllToAllVCandidate(Candidate):
+    """Wraps ``dist.all_to_all_single`` with uneven splits, one row per (token, expert) pair; the splits go through
+    the host, so not graph-safe; option ``capacity_factor`` emulates fixed receive buffers."""
+
     name = "nccl_alltoallv"
     graph_safe = False
 

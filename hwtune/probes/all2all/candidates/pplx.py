@@ -12,6 +12,8 @@ from hwtune.probes.contract import Unsupported
 
 
 class PPLXCandidate(Candidate):
+    """pplx-kernels' all-to-all: no driver yet, so set-up reports ``unsupported`` where pplx_kernels is installed."""
+
     name = "pplx"
 
     def setup(self) -> None:

@@ -26,6 +26,9 @@ LN2 = math.log(2.0)
 
 
 class Runner(ABC):
+    """One (backend, tactic) bound to a batch's shapes: ``prepare`` is the untimed per-step metadata work, ``run``
+    the timed call (see the module docstring for the re-prepare and CUDA-graph contract)."""
+
     supports_graphs: bool = False
     returns_lse: bool = False
 
@@ -67,6 +70,8 @@ class Candidate(ABC):
     backend: str
 
     def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:
+        """Why this candidate cannot run ``tactic`` for ``workload`` on ``device`` at all (a missing package, the
+        wrong device), checked before any runner is built; None when it can."""
         return None
 
     @abstractmethod

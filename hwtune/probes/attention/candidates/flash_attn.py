@@ -32,6 +32,9 @@ def _module() -> tuple[str, Any] | None:
 
 
 class FlashAttnRunner(Runner):
+    """Wraps ``flash_attn_varlen_func`` with a block table, from vllm's ``vllm_flash_attn`` (``seqused_k``,
+    ``fa_version``) or else Dao-AILab's ``flash_attn`` (FA2 only, ``cu_seqlens_k``, pages of 256); not graph-safe."""
+
     returns_lse = True
     supports_graphs = False
 
@@ -98,6 +101,9 @@ class FlashAttnRunner(Runner):
 
 
 class FlashAttnCandidate(Candidate):
+    """FLASH_ATTN's tactics fa2/fa3/fa4 as FlashAttention versions; CUDA only, fp8 caches not yet (no descale factors
+    passed)."""
+
     backend = "FLASH_ATTN"
 
     def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:

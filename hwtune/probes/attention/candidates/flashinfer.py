@@ -33,6 +33,10 @@ def _import() -> Any:
 
 
 class FlashInferRunner(Runner):
+    """Wraps FlashInfer's ``BatchDecodeWithPagedKVCacheWrapper`` (single-token decode, graph-safe on fixed buffers),
+    ``BatchPrefillWithPagedKVCacheWrapper`` (prefill, mixed, multi-token decode) or
+    ``trtllm_batch_decode_with_kv_cache(backend="xqa")`` (no LSE), by tactic; its base-2 LSE is converted."""
+
     def __init__(self, workload: AttentionWorkload, tactic: str) -> None:
         super().__init__()
         self.fi = _import()
@@ -174,6 +178,9 @@ class FlashInferRunner(Runner):
 
 
 class FlashInferCandidate(Candidate):
+    """FLASHINFER: needs a CUDA device, a CUDA build of torch, and a flashinfer that imports (its import asserts on
+    some setups, reported as the reason)."""
+
     backend = "FLASHINFER"
 
     def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:

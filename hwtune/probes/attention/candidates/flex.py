@@ -28,6 +28,9 @@ def _flex():  # noqa: ANN202 - the compiled callable
 
 
 class FlexRunner(Runner):
+    """Wraps ``torch.compile(flex_attention)`` over the cache copied into flex's contiguous layout, with a block mask
+    built from the page table in ``prepare``; returns LSE on CUDA only (inductor's CPU lowering lacks it)."""
+
     def __init__(self, device: str) -> None:
         super().__init__()
         self.problem: AttentionProblem | None = None
@@ -104,6 +107,8 @@ class FlexRunner(Runner):
 
 
 class FlexCandidate(Candidate):
+    """FLEX_ATTENTION's one tactic, ``compiled``; available wherever torch has flex_attention (CPU included)."""
+
     backend = "FLEX_ATTENTION"
 
     def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:

@@ -40,6 +40,9 @@ def gather_padded(problem: AttentionProblem, length: int) -> tuple[torch.Tensor,
 
 
 class SdpaRunner(Runner):
+    """Wraps ``F.scaled_dot_product_attention`` under ``sdpa_kernel`` for the tactic's kernel, after gathering pages
+    into padded K/V inside the timed call; builds a mask only when the batch needs one (flash refuses it)."""
+
     def __init__(self, tactic: str) -> None:
         super().__init__()
         self.tactic = tactic
@@ -111,6 +114,8 @@ class SdpaRunner(Runner):
 
 
 class SdpaCandidate(Candidate):
+    """TORCH_SDPA's tactics as SDPA kernels (flash, efficient, cudnn, math); only ``math`` runs on the CPU."""
+
     backend = "TORCH_SDPA"
 
     def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:

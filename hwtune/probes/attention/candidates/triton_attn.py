@@ -21,6 +21,9 @@ def _kernels():  # noqa: ANN202 - module
 
 
 class TritonAttnRunner(Runner):
+    """Wraps hwtune's ``kernels.triton_attention.paged_attention``; the config (heuristic for ``auto``, searched on
+    this workload for ``tuned``) is fixed at the first prepare so a captured graph keeps its launch."""
+
     returns_lse = True
     supports_graphs = True
 
@@ -109,6 +112,8 @@ class TritonAttnRunner(Runner):
 
 
 class TritonAttnCandidate(Candidate):
+    """TRITON_ATTN's tactics ``auto`` and ``tuned``; needs a CUDA device visible to torch."""
+
     backend = "TRITON_ATTN"
 
     def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:

@@ -24,6 +24,9 @@ def _tq():  # noqa: ANN202 - module
 
 
 class TurboQuantRunner(Runner):
+    """Wraps ``kernels.turboquant.paged_attention``; ``prepare`` quantises the source cache into TurboQuant pages
+    (untimed), and the gate compares against the reference on the dequantised cache."""
+
     returns_lse = True
     supports_graphs = True
 
@@ -84,6 +87,8 @@ class TurboQuantRunner(Runner):
 
 
 class TurboQuantCandidate(Candidate):
+    """TURBOQUANT's one tactic, ``auto``; the bit width comes from the spec's turboquant_* kv-cache dtype."""
+
     backend = "TURBOQUANT"
 
     def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:
