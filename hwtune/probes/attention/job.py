@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from hwtune.core import catalogue
 from hwtune.core.types import AttentionWorkload
 from hwtune.probes.attention.candidates.base import Runner, Unsupported, load_candidate
 from hwtune.probes.attention.correctness import Verdict, compare, tolerances
@@ -87,6 +88,23 @@ def _dcp_check(
     return {f"dcp.{k}": v for k, v in verdict.figures.items()}
 
 
+# Fail closed: a compiled function past its recompile limit raises instead of silently running eager
+# (which would be timed and stored as the backend's speed); the record then says what happened.
+if hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
+
+
+def _forget_compiled_shapes(backend: str) -> None:
+    """Give a backend compiled per shape (torch.compile) a clean compiler before each job, as a fresh
+    process has. A long-lived worker otherwise accumulates one compiled graph per shape, and past
+    ``torch._dynamo.config.recompile_limit`` (8) dynamo silently runs the eager, unfused function: a tune
+    then stored FLEX_ATTENTION decode at 15-100x what `bench` measured. Compiled code stays in inductor's
+    on-disk cache, so a shape seen before recompiles in well under a second."""
+    record = catalogue.find(backend)
+    if record is not None and record.compile_per_shape:
+        torch._dynamo.reset()
+
+
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Measure one (workload, backend, tactic); returns the result fields of a MeasurementRecord."""
     device = job.get("device", "cuda")
@@ -94,6 +112,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     backend, tactic = job["backend"], job["tactic"]
     opts = TimingOptions(**job.get("timing", {}))
     seed = int(job.get("seed", 0))
+    _forget_compiled_shapes(backend)
     try:
         candidate = load_candidate(backend, job.get("candidate"))
         reason = candidate.unavailable(workload, tactic, device)
