@@ -115,6 +115,8 @@ def tune(
         return
     report, records = _run(plan, profile, opts, db, json_out)
     _print_report(report, records, json_out)
+    if plan.items and report.state == "done" and not report.statuses.get("ok"):
+        _fail_measured_nothing(records, profile)
     if report.state == "interrupted" and not budget:
         raise typer.Exit(130)
 
@@ -166,6 +168,21 @@ def _run(
 
         report = Tuner(plan, store, opts, profile=profile, progress=progress).run()
         return report, store.measurements(run_id=report.run_id)
+
+
+def _fail_measured_nothing(records: list[MeasurementRecord], profile: DeviceProfile) -> None:
+    """A run that stored no successful measurement is a failure, with the reasons it got (exit 1)."""
+    reasons: dict[str, int] = {}
+    for r in records:
+        reasons[f"{r.backend}/{r.tactic}: {r.status}: {r.message}"[:300]] = 1
+    shown = "\n".join(f"  - {why}" for why in list(reasons)[:8]) or "  - no candidate was planned"
+    console.print(
+        f"[bold red]measured nothing on {profile.describe()}[/]: no candidate produced a timed, correct "
+        f"result. Reasons recorded:\n{shown}\nName backends that run here with --backends (see "
+        "`hwtune backends`), or use --device to plan for a GPU with --dry-run.",
+        highlight=False,
+    )
+    raise typer.Exit(1)
 
 
 def _print_report(report: TuneReport, records: list[MeasurementRecord], json_out: bool) -> None:

@@ -70,6 +70,18 @@ class PlanItem:
 QUICK_BACKENDS = catalogue.quick_backends("attention")
 
 
+def _quick_backends(device: DeviceProfile | None, notes: list[str]) -> tuple[str, ...]:
+    """The quick plan's backends for ``device`` (the GPU list without one), saying so when it differs."""
+    if device is None or device.is_cuda:
+        return QUICK_BACKENDS
+    chosen = catalogue.quick_backends("attention", "cpu")
+    notes.append(
+        f"quick on the CPU: none of {', '.join(QUICK_BACKENDS)} runs here, so quick measures the CPU "
+        f"backends {', '.join(chosen)}"
+    )
+    return chosen
+
+
 @dataclass
 class Plan:
     """What a tuning run measures: its items (one per workload), notes for people, the time cap per candidate, and
@@ -240,7 +252,7 @@ def plan_from_model(
         items=items,
         notes=notes,
         time_cap_s=1.0 if quick else 2.0,
-        backends=QUICK_BACKENDS if quick else None,
+        backends=_quick_backends(device, notes) if quick else None,
     )
 
 
@@ -262,7 +274,7 @@ def default_plan(
         items=items,
         notes=notes,
         time_cap_s=1.0 if quick else 2.0,
-        backends=QUICK_BACKENDS if quick else None,
+        backends=_quick_backends(device, notes) if quick else None,
     )
 
 

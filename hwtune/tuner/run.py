@@ -287,24 +287,27 @@ def describe_item(item: PlanItem) -> str:
     return f"all2all ep{w.spec.ep_size} {w.spec.quant_dtype} {w.tokens_per_rank} tok/rank"  # type: ignore[union-attr]
 
 
+def _compile_seconds(backend: str, tactic: str) -> float:
+    """First-use compile estimate of a (backend, tactic) from its catalogue record (5 s when unstated)."""
+    found = catalogue.get("attention", backend).tactic(tactic)
+    return found.compile_s if found and found.compile_s is not None else 5.0
+
+
 def estimate_seconds(plan: Plan, profile: DeviceProfile, backends: tuple[str, ...] | None = None) -> float:
     """Rough wall time of a plan: per candidate, worker overhead and checks plus the timing cap, plus
-    first-use JIT per (backend, tactic) from the catalogue (``Tactic.compile_s``, measured on an H100)."""
+    compilation from the catalogue (``Tactic.compile_s``, measured on an H100): once per (backend, tactic)
+    for JIT kernels, once per workload for backends compiled per shape (torch.compile)."""
     seconds, seen = 0.0, set()
     for item in plan.items:
-        if isinstance(item.workload, AttentionWorkload):
-            cands = [
-                c
-                for c in plan_candidates(item.workload, profile, item.backends or backends or plan.backends)
-                if c.runnable
-            ]
-            for c in cands:
-                name = f"{c.backend}/{c.tactic}"
-                if name not in seen:
-                    seen.add(name)
-                    tactic = catalogue.get("attention", c.backend).tactic(c.tactic)
-                    seconds += tactic.compile_s if tactic and tactic.compile_s is not None else 5
-            seconds += len(cands) * (1.5 + plan.time_cap_s * 0.6)
-        else:
+        if not isinstance(item.workload, AttentionWorkload):
             seconds += 8 * (5 + plan.time_cap_s)
+            continue
+        names = item.backends or backends or plan.backends
+        cands = [c for c in plan_candidates(item.workload, profile, names) if c.runnable]
+        for c in cands:
+            per_shape = catalogue.get("attention", c.backend).compile_per_shape
+            if per_shape or (c.backend, c.tactic) not in seen:
+                seen.add((c.backend, c.tactic))
+                seconds += _compile_seconds(c.backend, c.tactic)
+        seconds += len(cands) * (1.5 + plan.time_cap_s * 0.6)
     return math.ceil(seconds)

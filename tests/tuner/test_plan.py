@@ -149,3 +149,29 @@ level = 1
     plan = plan_from_toml(f)
     assert len(plan.items) == 1
     assert plan.items[0].backends == ("FLASHINFER", "FLEX_ATTENTION") and plan.items[0].level == 0
+
+
+def test_quick_on_the_cpu_measures_the_backends_that_run_there() -> None:
+    """--quick once planned only GPU backends on a CPU machine, measured nothing and exited 0."""
+    from hwtune.core import catalogue
+
+    plan = default_plan(quick=True, device=CPU_PROFILE)
+    assert plan.backends and set(plan.backends) == {"TORCH_SDPA", "FLEX_ATTENTION"}
+    for name in plan.backends:
+        assert "cpu" in catalogue.get("attention", name).rules.device_types
+    assert any("quick on the CPU" in n for n in plan.notes)
+    assert default_plan(quick=True, device=simulated("h100")).backends == QUICK_BACKENDS
+
+
+def test_estimates_count_compilation_per_shape_for_torch_compile_backends() -> None:
+    """FLEX_ATTENTION compiles per shape: its compile estimate is paid per workload, a JIT kernel's once."""
+    from hwtune.core import catalogue
+    from hwtune.tuner.run import estimate_seconds
+
+    plan = default_plan(device=simulated("h100"))
+    n = sum(1 for i in plan.items if i.kind == "attention")
+    flex = estimate_seconds(plan, simulated("h100"), ("FLEX_ATTENTION",))
+    fi = estimate_seconds(plan, simulated("h100"), ("FLASHINFER:fa2",))
+    per_item = 1.5 + plan.time_cap_s * 0.6
+    assert flex >= n * (catalogue.get("attention", "FLEX_ATTENTION").tactic("compiled").compile_s + per_item) - 1
+    assert fi < flex

@@ -171,3 +171,28 @@ def test_tune_refuses_an_unknown_device_instead_of_tuning_the_cpu(tmp_path: Path
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "--device takes auto, cuda or cpu, not 'H100'" in res.stderr
+
+
+def test_a_tune_that_measures_nothing_says_why_and_fails(tmp_path: Path) -> None:
+    """Every candidate unsupported here (a GPU-only backend on the CPU): exit 1 with the reasons, not 0."""
+    model = Path(__file__).resolve().parents[1] / "data" / "models" / "llama-3.1-8b.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "hwtune",
+        "tune",
+        "--model",
+        str(model),
+        "--quick",
+        "--kinds",
+        "attention",
+        "--device",
+        "cpu",
+        "--backends",
+        "FLASHINFER",
+        "--db",
+        f"sqlite:///{tmp_path / 't.db'}",
+    ]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "measured nothing" in res.stderr and "FLASHINFER" in res.stderr and "Traceback" not in res.stderr

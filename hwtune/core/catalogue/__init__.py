@@ -77,9 +77,13 @@ def get_any(name: str) -> Backend:
     return found
 
 
-def quick_backends(kind: str) -> tuple[str, ...]:
-    """What ``hwtune tune --quick`` measures of ``kind``: backend names, or ``NAME:tactic`` for one tactic."""
-    return tuple(n for b in backends(kind) for n in b.quick_names())
+def quick_backends(kind: str, device_type: str = "cuda") -> tuple[str, ...]:
+    """What ``hwtune tune --quick`` measures of ``kind`` on ``device_type``: backend names, or ``NAME:tactic``
+    for one tactic. Where none of the quick backends runs on that device type (the CPU), every backend hwtune
+    can run there, so that a quick tune always measures what can run."""
+    runs_here = [b for b in backends(kind) if b.probe and device_type in (b.rules.device_types or ())]
+    quick = tuple(n for b in runs_here for n in b.quick_names())
+    return quick or tuple(b.name for b in runs_here)
 
 
 __all__ = [
