@@ -93,9 +93,7 @@ def run(args: argparse.Namespace) -> None:
     for ep in args.ep:
         key = str(ep)
         if key not in data["peak"]:
-            res = measure_peak_bandwidth(
-                ep, device=args.device, nbytes=args.peak_bytes, timeout_s=args.timeout
-            )
+            res = measure_peak_bandwidth(ep, device=args.device, nbytes=args.peak_bytes, timeout_s=args.timeout)
             data["peak"][key] = {
                 "status": res.status,
                 "message": res.message,
@@ -103,10 +101,7 @@ def run(args: argparse.Namespace) -> None:
                 "median_us": (res.stats or {}).get("median_us"),
             }
             _save(out, data)
-            print(
-                f"EP {ep}: all-to-all peak {data['peak'][key].get('peak_gbps')} GB/s "
-                f"({res.status} {res.message})"
-            )
+            print(f"EP {ep}: all-to-all peak {data['peak'][key].get('peak_gbps')} GB/s ({res.status} {res.message})")
         peak = data["peak"][key].get("peak_gbps")
         for hidden in grid["hidden"]:
             for topk in grid["topk"]:
@@ -160,14 +155,9 @@ def run(args: argparse.Namespace) -> None:
 def report(path: Path) -> None:
     """Markdown tables: the fastest correct backend per workload, crossovers, and reasons for the rest."""
     data = _load(path)
-    print(
-        f"device: {data.get('device')}; software: {json.dumps(data.get('environment', {}).get('stack', {}))}"
-    )
+    print(f"device: {data.get('device')}; software: {json.dumps(data.get('environment', {}).get('stack', {}))}")
     for ep, p in sorted(data.get("peak", {}).items()):
-        print(
-            f"- EP {ep}: measured all-to-all peak {p.get('peak_gbps', 0) or 0:.1f} GB/s per rank "
-            f"({p.get('status')})"
-        )
+        print(f"- EP {ep}: measured all-to-all peak {p.get('peak_gbps', 0) or 0:.1f} GB/s per rank ({p.get('status')})")
     groups: dict[tuple, dict[int, list[dict]]] = {}
     reasons: dict[tuple[str, str], set[str]] = {}
     for r in data["records"]:
@@ -183,9 +173,7 @@ def report(path: Path) -> None:
         print("|---:|---|---|---:|---:|")
         previous, crossings = None, []
         for t in sorted(groups[g]):
-            ok = sorted(
-                (r for r in groups[g][t] if r["status"] == "ok"), key=lambda r: r["stats"]["median_us"]
-            )
+            ok = sorted((r for r in groups[g][t] if r["status"] == "ok"), key=lambda r: r["stats"]["median_us"])
             if not ok:
                 print(f"| {t} | none correct | | | |")
                 continue
@@ -203,10 +191,7 @@ def report(path: Path) -> None:
             if previous and previous != best["backend"]:
                 crossings.append(f"{previous} -> {best['backend']} at {t} tokens/rank")
             previous = best["backend"]
-        print(
-            "\ncrossovers: "
-            + ("; ".join(crossings) if crossings else "none (one backend fastest throughout)")
-        )
+        print("\ncrossovers: " + ("; ".join(crossings) if crossings else "none (one backend fastest throughout)"))
     if reasons:
         print("\n#### Not measured, or not correct\n")
         for (backend, status), msgs in sorted(reasons.items()):
@@ -219,9 +204,7 @@ def main() -> None:
     ap.add_argument("--out", required=True, help="JSON results file (appended to; a rerun resumes)")
     ap.add_argument("--report", action="store_true", help="only print the tables from --out")
     ap.add_argument("--ep", type=int, nargs="+", default=[2, 4])
-    ap.add_argument(
-        "--device", choices=["cuda", "cpu"], default="cuda", help="cpu: a gloo smoke test of the script"
-    )
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: a gloo smoke test of the script")
     ap.add_argument("--preset", choices=sorted(PRESETS), default="quick")
     ap.add_argument("--tokens", type=int, nargs="+")
     ap.add_argument("--hidden", type=int, nargs="+")
@@ -232,16 +215,10 @@ def main() -> None:
     ap.add_argument("--num-experts", type=int, default=256)
     ap.add_argument("--time-cap", type=float, default=0.3, help="seconds of timed iterations per workload")
     ap.add_argument("--max-iters", type=int, default=300)
-    ap.add_argument(
-        "--timeout", type=float, default=300, help="per-workload limit (the first includes JIT builds)"
-    )
+    ap.add_argument("--timeout", type=float, default=300, help="per-workload limit (the first includes JIT builds)")
     ap.add_argument("--peak-bytes", type=int, default=512 * 1024 * 1024)
-    ap.add_argument(
-        "--max-minutes", type=float, default=0, help="stop starting trials after this long (0: no limit)"
-    )
-    ap.add_argument(
-        "--retry-failed", action="store_true", help="re-run workloads that timed out, crashed or errored"
-    )
+    ap.add_argument("--max-minutes", type=float, default=0, help="stop starting trials after this long (0: no limit)")
+    ap.add_argument("--retry-failed", action="store_true", help="re-run workloads that timed out, crashed or errored")
     ap.add_argument(
         "--no-explore",
         dest="explore",

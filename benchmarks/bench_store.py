@@ -35,12 +35,28 @@ from hwtune.core.records import LatencyStats, MeasurementRecord
 from hwtune.core.types import AttentionSpec, AttentionWorkload
 from hwtune.db.store import Store
 
-STACK = SoftwareStack(torch="2.11.0+cu130", cuda_runtime="13.0", triton="3.6.0", flashinfer="0.6.18.post1",
-                      cudnn="9.10", nccl="2.27.3", hwtune="0.1.0")
+STACK = SoftwareStack(
+    torch="2.11.0+cu130",
+    cuda_runtime="13.0",
+    triton="3.6.0",
+    flashinfer="0.6.18.post1",
+    cudnn="9.10",
+    nccl="2.27.3",
+    hwtune="0.1.0",
+)
 ENVS = [Environment(simulated("h100"), STACK), Environment(simulated("b200"), STACK)]
-CANDIDATES = [("FLASH_ATTN", "fa2"), ("FLASH_ATTN", "fa3"), ("FLASHINFER", "fa2"), ("FLASHINFER", "fa3"),
-              ("FLASHINFER", "cudnn"), ("FLASHINFER", "trtllm-gen"), ("TRITON_ATTN", "default"),
-              ("FLEX_ATTENTION", "default"), ("TORCH_SDPA", "default"), ("TREE_ATTN", "default")]
+CANDIDATES = [
+    ("FLASH_ATTN", "fa2"),
+    ("FLASH_ATTN", "fa3"),
+    ("FLASHINFER", "fa2"),
+    ("FLASHINFER", "fa3"),
+    ("FLASHINFER", "cudnn"),
+    ("FLASHINFER", "trtllm-gen"),
+    ("TRITON_ATTN", "default"),
+    ("FLEX_ATTENTION", "default"),
+    ("TORCH_SDPA", "default"),
+    ("TREE_ATTN", "default"),
+]
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 CONTEXTS = (2048, 32768)
 PER_SPEC = len(ENVS) * len(BATCHES) * len(CONTEXTS) * len(CANDIDATES)  # 400
@@ -53,8 +69,7 @@ def spec(i: int) -> AttentionSpec:
 def spec_records(i: int, run_id: str) -> list[MeasurementRecord]:
     """The 400 measurements of one spec: 2 environments x 20 workloads x 10 candidates."""
     out = []
-    stats = LatencyStats(median_us=40.0, p10_us=38.0, p90_us=44.0, mean_us=40.5, n=200, spread=0.15,
-                         ci95_rel=0.01)
+    stats = LatencyStats(median_us=40.0, p10_us=38.0, p90_us=44.0, mean_us=40.5, n=200, spread=0.15, ci95_rel=0.01)
     for env in ENVS:
         fp, h = env.fingerprint(), env.hash()
         for b in BATCHES:
@@ -62,17 +77,34 @@ def spec_records(i: int, run_id: str) -> list[MeasurementRecord]:
                 wl = AttentionWorkload(spec(i), "decode", b, c)
                 wd, wk = wl.to_dict(), wl.key()
                 for backend, tactic in CANDIDATES:
-                    out.append(MeasurementRecord(
-                        kind="attention", workload=wd, workload_key=wk, backend=backend, tactic=tactic,
-                        status="ok", stats=stats, environment=fp, environment_hash=h, run_id=run_id,
-                        host="node-01", timing_method="cuda_graph", compile_time_s=0.5, extra={"i": i}))
+                    out.append(
+                        MeasurementRecord(
+                            kind="attention",
+                            workload=wd,
+                            workload_key=wk,
+                            backend=backend,
+                            tactic=tactic,
+                            status="ok",
+                            stats=stats,
+                            environment=fp,
+                            environment_hash=h,
+                            run_id=run_id,
+                            host="node-01",
+                            timing_method="cuda_graph",
+                            compile_time_s=0.5,
+                            extra={"i": i},
+                        )
+                    )
     return out
 
 
 def _ms(xs: list[float]) -> dict[str, float]:
     xs = sorted(xs)
-    return {"median_ms": round(statistics.median(xs) * 1e3, 3),
-            "p90_ms": round(xs[int(0.9 * (len(xs) - 1))] * 1e3, 3), "max_ms": round(xs[-1] * 1e3, 3)}
+    return {
+        "median_ms": round(statistics.median(xs) * 1e3, 3),
+        "p90_ms": round(xs[int(0.9 * (len(xs) - 1))] * 1e3, 3),
+        "max_ms": round(xs[-1] * 1e3, 3),
+    }
 
 
 def insert_phase(url: str, n: int, batch: int) -> dict[str, Any]:
@@ -87,12 +119,18 @@ def insert_phase(url: str, n: int, batch: int) -> dict[str, Any]:
         records = records[:n]
         start = time.perf_counter()
         for k in range(0, n, batch):
-            store.write(records[k:k + batch])
+            store.write(records[k : k + batch])
         elapsed = time.perf_counter() - start
         again = time.perf_counter()
-        rewritten = sum(store.write(records[k:k + batch]) for k in range(0, n, batch))
-        return {"rows": n, "batch": batch, "seconds": round(elapsed, 3), "rows_per_s": round(n / elapsed),
-                "rewrite_seconds": round(time.perf_counter() - again, 3), "rewrite_changed": rewritten}
+        rewritten = sum(store.write(records[k : k + batch]) for k in range(0, n, batch))
+        return {
+            "rows": n,
+            "batch": batch,
+            "seconds": round(elapsed, 3),
+            "rows_per_s": round(n / elapsed),
+            "rewrite_seconds": round(time.perf_counter() - again, 3),
+            "rewrite_changed": rewritten,
+        }
 
 
 def fill(url: str, rows: int, fill_batch: int) -> dict[str, Any]:
@@ -105,12 +143,15 @@ def fill(url: str, rows: int, fill_batch: int) -> dict[str, Any]:
             pending += spec_records(i, "fill")
             i += 1
             if len(pending) >= fill_batch or have + len(pending) >= rows:
-                pending = pending[:rows - have]
+                pending = pending[: rows - have]
                 have += store.write(pending)
                 pending = []
         store.optimize()  # what finish_run, import, push and pull do after their writes
-        return {"rows": store.counts()["measurements"], "specs": i - 10_000,
-                "seconds": round(time.perf_counter() - start, 1)}
+        return {
+            "rows": store.counts()["measurements"],
+            "specs": i - 10_000,
+            "seconds": round(time.perf_counter() - start, 1),
+        }
 
 
 def lookup_phase(url: str, lookups: int, n_specs: int, seed: int = 1) -> dict[str, Any]:
@@ -119,9 +160,11 @@ def lookup_phase(url: str, lookups: int, n_specs: int, seed: int = 1) -> dict[st
     h = ENVS[0].hash()
     cases = {
         "workload_key": lambda s, i: s.measurements(
-            workload_keys=[AttentionWorkload(spec(i), "decode", 64, 32768).key()]),
+            workload_keys=[AttentionWorkload(spec(i), "decode", 64, 32768).key()]
+        ),
         "workload_key+environment": lambda s, i: s.measurements(
-            workload_keys=[AttentionWorkload(spec(i), "decode", 64, 32768).key()], environment_hash=h),
+            workload_keys=[AttentionWorkload(spec(i), "decode", 64, 32768).key()], environment_hash=h
+        ),
         "spec_key+environment": lambda s, i: s.measurements(spec_key=spec(i).key(), environment_hash=h),
         "spec_key": lambda s, i: s.measurements(spec_key=spec(i).key()),
         "latencies(spec_key+environment)": lambda s, i: s.latencies(spec(i).key(), environment_hash=h),
@@ -145,13 +188,19 @@ def lookup_phase(url: str, lookups: int, n_specs: int, seed: int = 1) -> dict[st
 
 
 def machine(url: str) -> dict[str, Any]:
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                if line.startswith("model name")),
-               platform.processor())
-    mem = next((int(line.split()[1]) // 1024**2 for line in open("/proc/meminfo")
-                if line.startswith("MemTotal")), 0)
-    info = {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": mem, "python": platform.python_version(),
-            "sqlite": sqlite3.sqlite_version, "os": platform.platform()}
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+        platform.processor(),
+    )
+    mem = next((int(line.split()[1]) // 1024**2 for line in open("/proc/meminfo") if line.startswith("MemTotal")), 0)
+    info = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": mem,
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "os": platform.platform(),
+    }
     with Store.open(url, read_only=True, create=False) as store:
         info["store"] = store.masked_url
         if store.dialect == "postgresql":
@@ -161,8 +210,7 @@ def machine(url: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db", help="store URL (default: a temporary SQLite file)")
     parser.add_argument("--insert", type=int, default=10_000)
     parser.add_argument("--batch", type=int, default=500)
@@ -189,8 +237,7 @@ def main() -> None:
         print(json.dumps(result, indent=2))
     else:
         for name, r in result["lookup"].items():
-            print(f"{name:<34} records {r['records']}  first {r['first']}  warm {r['warm']}  "
-                  f"warm cpu {r['warm_cpu']}")
+            print(f"{name:<34} records {r['records']}  first {r['first']}  warm {r['warm']}  warm cpu {r['warm_cpu']}")
         print(json.dumps(result["machine"]), "load", result["loadavg_1min_before_after_lookups"])
     if tmp is not None:
         for name in os.listdir(tmp):

@@ -51,20 +51,36 @@ def main() -> int:
         # hwtune's default (a GPU-side lead that keeps host launch gaps out), and the same harness with the
         # lead off, which is exactly the peer's method (flush, event, call, event)
         ours, _ = time_cuda(runner.run, l2_bytes=l2, opts=TimingOptions(time_cap_s=3.0, use_graphs=False))
-        same, _ = time_cuda(runner.run, l2_bytes=l2,
-                            opts=TimingOptions(time_cap_s=3.0, use_graphs=False, lead_us=0.0))
+        same, _ = time_cuda(runner.run, l2_bytes=l2, opts=TimingOptions(time_cap_s=3.0, use_graphs=False, lead_us=0.0))
         peer_ms = bench_gpu_time(runner.run, dry_run_time_ms=50, repeat_time_ms=args.repeat_ms, cold_l2_cache=True)
         peer = statistics.median(peer_ms) * 1e3
         ratio = same.median_us / peer
-        rows.append({"shape": label, "hwtune_us": round(ours.median_us, 2), "hwtune_n": ours.n,
-                     "hwtune_ci95_rel": ours.ci95_rel, "hwtune_no_lead_us": round(same.median_us, 2),
-                     "peer_us": round(peer, 2), "peer_n": len(peer_ms), "ratio_same_method": round(ratio, 4),
-                     "ratio_default": round(ours.median_us / peer, 4), "agree_3pct": abs(ratio - 1) <= 0.03,
-                     "first_call_s": round(first, 2)})
-        print(f"{label:30s} hwtune {ours.median_us:9.2f}  no-lead {same.median_us:9.2f}  bench_gpu_time {peer:9.2f} us"
-              f"  ratio(same method) {ratio:.3f}  ratio(default) {ours.median_us / peer:.3f}", flush=True)
-    out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-           "date": time.strftime("%Y-%m-%d"), "rows": rows}
+        rows.append(
+            {
+                "shape": label,
+                "hwtune_us": round(ours.median_us, 2),
+                "hwtune_n": ours.n,
+                "hwtune_ci95_rel": ours.ci95_rel,
+                "hwtune_no_lead_us": round(same.median_us, 2),
+                "peer_us": round(peer, 2),
+                "peer_n": len(peer_ms),
+                "ratio_same_method": round(ratio, 4),
+                "ratio_default": round(ours.median_us / peer, 4),
+                "agree_3pct": abs(ratio - 1) <= 0.03,
+                "first_call_s": round(first, 2),
+            }
+        )
+        print(
+            f"{label:30s} hwtune {ours.median_us:9.2f}  no-lead {same.median_us:9.2f}  bench_gpu_time {peer:9.2f} us"
+            f"  ratio(same method) {ratio:.3f}  ratio(default) {ours.median_us / peer:.3f}",
+            flush=True,
+        )
+    out = {
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+        "rows": rows,
+    }
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(out, fh, indent=2)

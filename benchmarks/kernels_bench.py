@@ -84,6 +84,7 @@ def time_ms(fn: Callable[[], object], *, touched_bytes: int, inner: int, reps: i
         def run() -> None:
             for _ in range(n):
                 fn()
+
     samples = []
     for _ in range(reps):
         if flush:
@@ -127,14 +128,28 @@ def floors(args: argparse.Namespace) -> None:
         ms_mm, _ = time_ms(lambda a=a, b=b: a @ b, touched_bytes=3 * n * n * 2, inner=5, reps=args.reps)
         by_size[n] = 2 * n**3 / ms_mm / 1e9
         del a, b
-    RESULTS["floors"] = {"copy_GBps": copy_gbs, "bf16_matmul_TFLOPs": max(by_size.values()),
-                         "bf16_matmul_TFLOPs_by_size": by_size}
+    RESULTS["floors"] = {
+        "copy_GBps": copy_gbs,
+        "bf16_matmul_TFLOPs": max(by_size.values()),
+        "bf16_matmul_TFLOPs_by_size": by_size,
+    }
     table("floors (measured)", [RESULTS["floors"]], ["copy_GBps", "bf16_matmul_TFLOPs"])
 
 
 # --- paged problems ----------------------------------------------------------------------------------------------
-def paged(batch: int, ctx: int, *, q_len: int = 1, page: int = 16, kv_dtype=torch.bfloat16, layout: str = "NHD",
-          head_size: int = D, h_q: int = H_Q, h_kv: int = H_KV, seed: int = 0) -> dict:
+def paged(
+    batch: int,
+    ctx: int,
+    *,
+    q_len: int = 1,
+    page: int = 16,
+    kv_dtype=torch.bfloat16,
+    layout: str = "NHD",
+    head_size: int = D,
+    h_q: int = H_Q,
+    h_kv: int = H_KV,
+    seed: int = 0,
+) -> dict:
     """Uniform-context paged problem with shuffled pages and a FlashInfer-style [blocks, 2, ...] cache."""
     torch.manual_seed(seed)
     pages = math.ceil(ctx / page)
@@ -144,19 +159,38 @@ def paged(batch: int, ctx: int, *, q_len: int = 1, page: int = 16, kv_dtype=torc
     kv = (kv * 0.5).to(kv_dtype) if kv_dtype != torch.bfloat16 else kv
     table = torch.randperm(blocks, device=DEV, dtype=torch.int64).to(torch.int32).view(batch, pages)
     q = torch.randn(batch * q_len, h_q, head_size, device=DEV, dtype=torch.bfloat16)
-    return {"kv": kv, "table": table, "q": q, "out": torch.empty_like(q),
-            "lse": torch.empty(batch * q_len, h_q, device=DEV),
-            "seq_lens": torch.full((batch,), ctx, dtype=torch.int32, device=DEV),
-            "qsl": torch.arange(0, batch * q_len + 1, q_len, dtype=torch.int32, device=DEV),
-            "batch": batch, "ctx": ctx, "q_len": q_len, "page": page, "layout": layout, "head_size": head_size,
-            "kv_dtype": kv_dtype, "h_kv": h_kv, "h_q": h_q}
+    return {
+        "kv": kv,
+        "table": table,
+        "q": q,
+        "out": torch.empty_like(q),
+        "lse": torch.empty(batch * q_len, h_q, device=DEV),
+        "seq_lens": torch.full((batch,), ctx, dtype=torch.int32, device=DEV),
+        "qsl": torch.arange(0, batch * q_len + 1, q_len, dtype=torch.int32, device=DEV),
+        "batch": batch,
+        "ctx": ctx,
+        "q_len": q_len,
+        "page": page,
+        "layout": layout,
+        "head_size": head_size,
+        "kv_dtype": kv_dtype,
+        "h_kv": h_kv,
+        "h_q": h_q,
+    }
 
 
 def shape_args(p: dict) -> dict:
     """What ``default_config``/``config_space`` take for this problem, as paged_attention passes it."""
-    return dict(batch=p["batch"], max_query_len=p["q_len"], max_seq_len=p["ctx"], head_size=p["head_size"],
-                gqa_group=p["h_q"] // p["h_kv"], num_sms=torch.cuda.get_device_properties(0).multi_processor_count,
-                num_kv_heads=p["h_kv"], kv_cache_bytes=p["kv"].element_size())
+    return dict(
+        batch=p["batch"],
+        max_query_len=p["q_len"],
+        max_seq_len=p["ctx"],
+        head_size=p["head_size"],
+        gqa_group=p["h_q"] // p["h_kv"],
+        num_sms=torch.cuda.get_device_properties(0).multi_processor_count,
+        num_kv_heads=p["h_kv"],
+        kv_cache_bytes=p["kv"].element_size(),
+    )
 
 
 def auto_config(p: dict) -> ta.TritonAttnConfig:
@@ -166,10 +200,28 @@ def auto_config(p: dict) -> ta.TritonAttnConfig:
 
 def triton_call(p: dict, config: ta.TritonAttnConfig | None) -> Callable[[], None]:
     config = config or auto_config(p)
-    ws = torch.empty(max(1, workspace_size(num_tokens=p["q"].shape[0], num_heads=p["h_q"],
-                                           head_size=p["head_size"], num_splits=config.num_splits or 1)), device=DEV)
-    kw = dict(max_query_len=p["q_len"], max_seq_len=p["ctx"], out=p["out"], lse=p["lse"],
-              softmax_scale=p["head_size"] ** -0.5, kv_layout=p["layout"], config=config, workspace=ws)
+    ws = torch.empty(
+        max(
+            1,
+            workspace_size(
+                num_tokens=p["q"].shape[0],
+                num_heads=p["h_q"],
+                head_size=p["head_size"],
+                num_splits=config.num_splits or 1,
+            ),
+        ),
+        device=DEV,
+    )
+    kw = dict(
+        max_query_len=p["q_len"],
+        max_seq_len=p["ctx"],
+        out=p["out"],
+        lse=p["lse"],
+        softmax_scale=p["head_size"] ** -0.5,
+        kv_layout=p["layout"],
+        config=config,
+        workspace=ws,
+    )
     if p["kv_dtype"] != torch.bfloat16:
         kw.update(k_scale=1.0, v_scale=1.0)
     return lambda: ta.paged_attention(p["q"], p["kv"][:, 0], p["kv"][:, 1], p["table"], p["seq_lens"], p["qsl"], **kw)
@@ -187,30 +239,47 @@ def flashinfer_decode_calls(p: dict) -> dict[str, Callable[[], object]]:
     indices = p["table"].reshape(-1).contiguous()
     last = torch.full((p["batch"],), p["ctx"] - (pages - 1) * p["page"], dtype=torch.int32, device=DEV)
     calls = {}
-    for name, kw in (("fa2", {}), ("fa2-tc", {"use_tensor_cores": True}),
-                     ("fa3-tc", {"use_tensor_cores": True, "backend": "fa3"})):
+    for name, kw in (
+        ("fa2", {}),
+        ("fa2-tc", {"use_tensor_cores": True}),
+        ("fa3-tc", {"use_tensor_cores": True, "backend": "fa3"}),
+    ):
         if name not in FI_DECODE:
             continue
         try:
             wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-                torch.empty(256 * 2**20, dtype=torch.uint8, device=DEV), p["layout"], **kw)
-            wrapper.plan(indptr, indices, last, p["h_q"], p["h_kv"], p["head_size"], p["page"],
-                         pos_encoding_mode="NONE", q_data_type=torch.bfloat16, kv_data_type=p["kv_dtype"],
-                         sm_scale=p["head_size"] ** -0.5)
+                torch.empty(256 * 2**20, dtype=torch.uint8, device=DEV), p["layout"], **kw
+            )
+            wrapper.plan(
+                indptr,
+                indices,
+                last,
+                p["h_q"],
+                p["h_kv"],
+                p["head_size"],
+                p["page"],
+                pos_encoding_mode="NONE",
+                q_data_type=torch.bfloat16,
+                kv_data_type=p["kv_dtype"],
+                sm_scale=p["head_size"] ** -0.5,
+            )
             out = torch.empty_like(p["q"])
-            call = (lambda w=wrapper, o=out, p=p: w.run(p["q"], p["kv"], out=o))
+            call = lambda w=wrapper, o=out, p=p: w.run(p["q"], p["kv"], out=o)
             call()
             torch.cuda.synchronize()
             calls[name] = call
         except Exception as exc:
-            RESULTS.setdefault("notes", []).append(f"flashinfer {name} unavailable for {_shape(p)}: "
-                                                   f"{type(exc).__name__}: {str(exc)[:200]}")
+            RESULTS.setdefault("notes", []).append(
+                f"flashinfer {name} unavailable for {_shape(p)}: {type(exc).__name__}: {str(exc)[:200]}"
+            )
     return calls
 
 
 def _shape(p: dict) -> str:
-    return (f"b{p['batch']} ctx{p['ctx']} q{p['q_len']} d{p['head_size']} page{p['page']} {p['layout']} "
-            f"{str(p['kv_dtype'])[6:]}")
+    return (
+        f"b{p['batch']} ctx{p['ctx']} q{p['q_len']} d{p['head_size']} page{p['page']} {p['layout']} "
+        f"{str(p['kv_dtype'])[6:]}"
+    )
 
 
 def kv_bytes(p: dict) -> int:
@@ -220,10 +289,18 @@ def kv_bytes(p: dict) -> int:
 # --- decode ------------------------------------------------------------------------------------------------------
 def decode(args: argparse.Namespace) -> None:
     copy = RESULTS.get("floors", {}).get("copy_GBps")
-    shapes = [(16, 8192, "NHD", torch.bfloat16), (16, 8192, "HND", torch.bfloat16), (32, 8192, "NHD", torch.bfloat16),
-              (64, 8192, "NHD", torch.bfloat16), (16, 32768, "NHD", torch.bfloat16), (128, 4096, "NHD", torch.bfloat16),
-              (1, 131072, "NHD", torch.bfloat16), (4, 16384, "NHD", torch.bfloat16),
-              (16, 8192, "NHD", torch.float8_e4m3fn), (16, 32768, "HND", torch.float8_e4m3fn)]
+    shapes = [
+        (16, 8192, "NHD", torch.bfloat16),
+        (16, 8192, "HND", torch.bfloat16),
+        (32, 8192, "NHD", torch.bfloat16),
+        (64, 8192, "NHD", torch.bfloat16),
+        (16, 32768, "NHD", torch.bfloat16),
+        (128, 4096, "NHD", torch.bfloat16),
+        (1, 131072, "NHD", torch.bfloat16),
+        (4, 16384, "NHD", torch.bfloat16),
+        (16, 8192, "NHD", torch.float8_e4m3fn),
+        (16, 32768, "HND", torch.float8_e4m3fn),
+    ]
     rows = []
     for i, (batch, ctx, layout, kvd) in enumerate(shapes):
         p = paged(batch, ctx, layout=layout, kv_dtype=kvd, page=args.page)
@@ -247,8 +324,11 @@ def decode(args: argparse.Namespace) -> None:
         del p
         torch.cuda.empty_cache()
     RESULTS["decode"] = rows
-    table("TRITON_ATTN decode (Hq 32, Hkv 8, D 128)", rows,
-          ["shape", "auto_us", "tuned_us", "fi_best_us", "ours_over_fi", "auto_GBps", "frac_copy_bw"])
+    table(
+        "TRITON_ATTN decode (Hq 32, Hkv 8, D 128)",
+        rows,
+        ["shape", "auto_us", "tuned_us", "fi_best_us", "ours_over_fi", "auto_GBps", "frac_copy_bw"],
+    )
 
 
 def _tune(p: dict, args: argparse.Namespace, phase: str) -> dict:
@@ -256,7 +336,9 @@ def _tune(p: dict, args: argparse.Namespace, phase: str) -> dict:
     best = (math.inf, None)
     for cfg in space:
         try:
-            ms, _ = time_ms(triton_call(p, cfg), touched_bytes=kv_bytes(p), inner=args.inner, reps=max(5, args.reps // 3))
+            ms, _ = time_ms(
+                triton_call(p, cfg), touched_bytes=kv_bytes(p), inner=args.inner, reps=max(5, args.reps // 3)
+            )
         except Exception as exc:  # a config the device cannot compile (shared memory) is reported, not hidden
             RESULTS.setdefault("notes", []).append(f"config {cfg.name()} failed on {_shape(p)}: {type(exc).__name__}")
             continue
@@ -286,11 +368,23 @@ def flashinfer_prefill_calls(p: dict) -> dict[str, Callable[[], object]]:
             continue
         try:
             w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
-                torch.empty(256 * 2**20, dtype=torch.uint8, device=DEV), p["layout"], backend=name)
-            w.plan(qo, indptr, p["table"].reshape(-1).contiguous(), last, p["h_q"], p["h_kv"], p["head_size"],
-                   p["page"], causal=True, q_data_type=torch.bfloat16, kv_data_type=p["kv_dtype"])
+                torch.empty(256 * 2**20, dtype=torch.uint8, device=DEV), p["layout"], backend=name
+            )
+            w.plan(
+                qo,
+                indptr,
+                p["table"].reshape(-1).contiguous(),
+                last,
+                p["h_q"],
+                p["h_kv"],
+                p["head_size"],
+                p["page"],
+                causal=True,
+                q_data_type=torch.bfloat16,
+                kv_data_type=p["kv_dtype"],
+            )
             out = torch.empty_like(p["q"])
-            call = (lambda w=w, o=out, p=p: w.run(p["q"], p["kv"], out=o))
+            call = lambda w=w, o=out, p=p: w.run(p["q"], p["kv"], out=o)
             call()
             torch.cuda.synchronize()
             calls[name] = call
@@ -310,8 +404,11 @@ def prefill(args: argparse.Namespace) -> None:
         row.update(auto_ms=ms, auto_TFLOPs=causal_flops(p) / ms / 1e9, method=method)
         if args.tune and i in (0, 1):
             tuned = _tune(p, args, "prefill")
-            row.update(tuned_ms=tuned["tuned_us"] / 1e3, tuned_config=tuned["tuned_config"],
-                       tuned_TFLOPs=causal_flops(p) / (tuned["tuned_us"] / 1e3) / 1e9)
+            row.update(
+                tuned_ms=tuned["tuned_us"] / 1e3,
+                tuned_config=tuned["tuned_config"],
+                tuned_TFLOPs=causal_flops(p) / (tuned["tuned_us"] / 1e3) / 1e9,
+            )
         for name, call in flashinfer_prefill_calls(p).items():
             fms, _ = time_ms(call, touched_bytes=kv_bytes(p), inner=2, reps=args.reps)
             row[f"fi_{name}_TFLOPs"] = causal_flops(p) / fms / 1e9
@@ -321,8 +418,11 @@ def prefill(args: argparse.Namespace) -> None:
         del p
         torch.cuda.empty_cache()
     RESULTS["prefill"] = rows
-    table("TRITON_ATTN causal prefill (Hq 32, Hkv 8, D 128, bf16)", rows,
-          ["shape", "auto_TFLOPs", "tuned_TFLOPs", "fi_fa2_TFLOPs", "fi_fa3_TFLOPs", "frac_matmul"])
+    table(
+        "TRITON_ATTN causal prefill (Hq 32, Hkv 8, D 128, bf16)",
+        rows,
+        ["shape", "auto_TFLOPs", "tuned_TFLOPs", "fi_fa2_TFLOPs", "fi_fa3_TFLOPs", "frac_matmul"],
+    )
 
 
 # --- turboquant --------------------------------------------------------------------------------------------------
@@ -347,16 +447,27 @@ def turboquant(args: argparse.Namespace) -> None:
         row = {"shape": f"b{p['batch']} ctx{p['ctx']}", "bf16_MB": kv_bytes(p) / 1e6}
         ms, _ = time_ms(triton_call(p, None), touched_bytes=kv_bytes(p), inner=args.inner, reps=args.reps)
         row["triton_bf16_us"] = ms * 1e3
-        fi = [time_ms(c, touched_bytes=kv_bytes(p), inner=args.inner, reps=args.reps)[0]
-              for c in flashinfer_decode_calls(p).values()]
+        fi = [
+            time_ms(c, touched_bytes=kv_bytes(p), inner=args.inner, reps=args.reps)[0]
+            for c in flashinfer_decode_calls(p).values()
+        ]
         row["fi_bf16_best_us"] = min(fi) * 1e3 if fi else None
         for bits in (4, 8):
             for layout in ("NHD", "HND") if bits == 4 else ("NHD",):
                 cache = tq_cache_from_bf16(p, bits, layout)
                 tq_bytes = p["batch"] * p["ctx"] * tq.bytes_per_token(p["h_kv"], p["head_size"], bits)
-                call = (lambda c=cache, p=p: tq.paged_attention(
-                    p["q"], c, p["table"], p["seq_lens"], p["qsl"], max_query_len=1, max_seq_len=p["ctx"],
-                    out=p["out"], lse=p["lse"], softmax_scale=p["head_size"] ** -0.5))
+                call = lambda c=cache, p=p: tq.paged_attention(
+                    p["q"],
+                    c,
+                    p["table"],
+                    p["seq_lens"],
+                    p["qsl"],
+                    max_query_len=1,
+                    max_seq_len=p["ctx"],
+                    out=p["out"],
+                    lse=p["lse"],
+                    softmax_scale=p["head_size"] ** -0.5,
+                )
                 tms, _ = time_ms(call, touched_bytes=tq_bytes, inner=args.inner, reps=args.reps)
                 key = f"tq{bits}_{layout}"
                 row[f"{key}_us"] = tms * 1e3
@@ -373,9 +484,20 @@ def turboquant(args: argparse.Namespace) -> None:
     slots = torch.arange(4096, device=DEV)
     wms, _ = time_ms(lambda: tq.write(cache, k, k, slots), touched_bytes=0, inner=1, reps=args.reps)
     RESULTS["turboquant"] = {"decode": rows, "write_4096_tokens_us": wms * 1e3}
-    table("TURBOQUANT decode vs bf16 (Hq 32, Hkv 8, D 128)", rows,
-          ["shape", "triton_bf16_us", "fi_bf16_best_us", "tq4_NHD_us", "tq4_HND_us", "tq8_NHD_us",
-           "tq4_NHD_speedup_vs_fi", "tq4_NHD_GBps"])
+    table(
+        "TURBOQUANT decode vs bf16 (Hq 32, Hkv 8, D 128)",
+        rows,
+        [
+            "shape",
+            "triton_bf16_us",
+            "fi_bf16_best_us",
+            "tq4_NHD_us",
+            "tq4_HND_us",
+            "tq8_NHD_us",
+            "tq4_NHD_speedup_vs_fi",
+            "tq4_NHD_GBps",
+        ],
+    )
     print(f"TURBOQUANT write of 4096 tokens x 8 heads (4-bit): {wms * 1e3:.1f} us")
 
 
@@ -393,8 +515,11 @@ def memory(args: argparse.Namespace) -> None:
             row[f"tq{bits}_ratio"] = bf16 / b
         rows.append(row)
     RESULTS["memory"] = rows
-    table("KV cache bytes per token (all KV heads, K and V)", rows,
-          ["kv_heads", "head", "bf16_B", "fp8_B", "tq4_B", "tq4_ratio", "tq8_B", "tq8_ratio"])
+    table(
+        "KV cache bytes per token (all KV heads, K and V)",
+        rows,
+        ["kv_heads", "head", "bf16_B", "fp8_B", "tq4_B", "tq4_ratio", "tq8_B", "tq8_ratio"],
+    )
 
 
 # --- error -------------------------------------------------------------------------------------------------------
@@ -422,19 +547,32 @@ def error(args: argparse.Namespace) -> None:
 
         def rel(o: torch.Tensor, ref: torch.Tensor = ref) -> float:
             return ((o.float() - ref).norm() / ref.norm()).item()
+
         triton_call(p, None)()
         row = {"data": data, "bf16_triton": rel(p["out"])}
         for bits in (4, 8):
             cache = tq_cache_from_bf16(p, bits)
-            tq.paged_attention(p["q"], cache, p["table"], p["seq_lens"], p["qsl"], max_query_len=1,
-                               max_seq_len=p["ctx"], out=p["out"], softmax_scale=D ** -0.5)
+            tq.paged_attention(
+                p["q"],
+                cache,
+                p["table"],
+                p["seq_lens"],
+                p["qsl"],
+                max_query_len=1,
+                max_seq_len=p["ctx"],
+                out=p["out"],
+                softmax_scale=D**-0.5,
+            )
             row[f"tq{bits}"] = rel(p["out"])
             k_raw, v_raw = tq.round_trip_without_rotation(k, bits), tq.round_trip_without_rotation(v, bits)
             row[f"tq{bits}_no_rotation_ref"] = rel(_ref_decode(p["q"], k_raw, v_raw, p["table"], p["ctx"]))
         rows.append(row)
     RESULTS["error"] = rows
-    table("relative L2 output error vs float32 attention (b8 ctx4096, Hq 32, Hkv 8, D 128)", rows,
-          ["data", "bf16_triton", "tq4", "tq8", "tq4_no_rotation_ref", "tq8_no_rotation_ref"])
+    table(
+        "relative L2 output error vs float32 attention (b8 ctx4096, Hq 32, Hkv 8, D 128)",
+        rows,
+        ["data", "bf16_triton", "tq4", "tq8", "tq4_no_rotation_ref", "tq8_no_rotation_ref"],
+    )
 
 
 def quantizer(args: argparse.Namespace) -> None:
@@ -458,12 +596,22 @@ def quantizer(args: argparse.Namespace) -> None:
                 row[f"norot{bits}"] = ((raw - x).norm(dim=-1) / x.norm(dim=-1)).mean().item()
             rows.append(row)
     RESULTS["quantizer"] = rows
-    table("quantizer mean relative error per vector (rotated vs not)", rows,
-          ["head", "data", "rot4", "norot4", "rot8", "norot8"])
+    table(
+        "quantizer mean relative error per vector (rotated vs not)",
+        rows,
+        ["head", "data", "rot4", "norot4", "rot8", "norot8"],
+    )
 
 
-SECTIONS = {"quantizer": quantizer, "floors": floors, "decode": decode, "prefill": prefill, "turboquant": turboquant, "memory": memory,
-            "error": error}
+SECTIONS = {
+    "quantizer": quantizer,
+    "floors": floors,
+    "decode": decode,
+    "prefill": prefill,
+    "turboquant": turboquant,
+    "memory": memory,
+    "error": error,
+}
 
 
 def main() -> int:
@@ -473,8 +621,11 @@ def main() -> int:
     ap.add_argument("--tune", action="store_true", help="also search config_space on headline shapes (slower)")
     ap.add_argument("--page", type=int, default=16, help="page (block) size, default 16")
     ap.add_argument("--inner", type=int, default=5, help="launches per CUDA-graph replay")
-    ap.add_argument("--fi-decode", default="fa2,fa2-tc,fa3-tc",
-                    help="FlashInfer decode tactics to compare with (comma-separated; 'none' for none)")
+    ap.add_argument(
+        "--fi-decode",
+        default="fa2,fa2-tc,fa3-tc",
+        help="FlashInfer decode tactics to compare with (comma-separated; 'none' for none)",
+    )
     ap.add_argument("--fi-prefill", default="fa2,fa3", help="FlashInfer prefill tactics ('none' for none)")
     ap.add_argument("--reps", type=int, default=30, help="timed replays per measurement (median)")
     args = ap.parse_args()
@@ -486,12 +637,19 @@ def main() -> int:
     global FI_DECODE, FI_PREFILL
     FI_DECODE = {t for t in args.fi_decode.split(",") if t and t != "none"}
     FI_PREFILL = {t for t in args.fi_prefill.split(",") if t and t != "none"}
-    RESULTS["env"] = {"torch": torch.__version__, "triton": __import__("triton").__version__,
-                      "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "page": args.page}
+    RESULTS["env"] = {
+        "torch": torch.__version__,
+        "triton": __import__("triton").__version__,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "page": args.page,
+    }
     if sections != ["quantizer"]:
         if not torch.cuda.is_available():
-            print("kernels_bench needs a CUDA GPU for every section but 'quantizer': torch sees none. "
-                  "Run it on the GPU node.", file=sys.stderr)
+            print(
+                "kernels_bench needs a CUDA GPU for every section but 'quantizer': torch sees none. "
+                "Run it on the GPU node.",
+                file=sys.stderr,
+            )
             return 1
         prop = torch.cuda.get_device_properties(0)
         RESULTS["env"].update(device=prop.name, sms=prop.multi_processor_count, l2_bytes=l2_bytes())

@@ -10,7 +10,7 @@
    (backend, tactic) per phase in hindsight.
 5. Warm and cold selection latency.
 
-    python benchmarks/regret.py --out DIR [--skip-quick]        (GPU)
+    python benchmarks/regret.py --out DIR [--steps quick,default,oracle,score]   (GPU)
     python benchmarks/regret.py --out DIR --score-only          (re-score stored results, no GPU)
 """
 
@@ -60,15 +60,25 @@ def tune(plan: Plan, db: Path, backends: tuple[str, ...] | None) -> dict:
     t0 = time.perf_counter()
     with Store.open(f"sqlite:///{db}") as store:
         report = Tuner(plan, store, TuneOptions(backends=backends, fresh=True, time_cap_s=plan.time_cap_s)).run()
-    return {"elapsed_s": round(time.perf_counter() - t0, 1), "items": report.items_done, "records": report.records,
-            "statuses": report.statuses, "compile_s": report.compile_s, "state": report.state}
+    return {
+        "elapsed_s": round(time.perf_counter() - t0, 1),
+        "items": report.items_done,
+        "records": report.records,
+        "statuses": report.statuses,
+        "compile_s": report.compile_s,
+        "state": report.state,
+    }
 
 
 def scores(ratios: list[float]) -> dict:
     xs = sorted(ratios)
     p95 = xs[min(len(xs) - 1, math.ceil(0.95 * len(xs)) - 1)]
-    return {"geomean": round(math.exp(sum(math.log(r) for r in xs) / len(xs)), 4), "p95": round(p95, 4),
-            "worst": round(xs[-1], 4), "n": len(xs)}
+    return {
+        "geomean": round(math.exp(sum(math.log(r) for r in xs) / len(xs)), 4),
+        "p95": round(p95, 4),
+        "worst": round(xs[-1], 4),
+        "n": len(xs),
+    }
 
 
 def score(out: Path, spec, device: str = "auto") -> dict:  # noqa: ANN001
@@ -84,8 +94,14 @@ def score(out: Path, spec, device: str = "auto") -> dict:  # noqa: ANN001
         w = r.workload
         shape[r.workload_key] = (w["phase"], w["batch"], w["context_len"])
     sim = device != "auto"  # scoring synthetic stores for a simulated device (tests of this script)
-    sel = hwtune.select_attention(spec, device=device, db=f"sqlite:///{out / 'train.db'}", max_num_seqs=256,
-                                  max_model_len=131072, assume_installed=sim)
+    sel = hwtune.select_attention(
+        spec,
+        device=device,
+        db=f"sqlite:///{out / 'train.db'}",
+        max_num_seqs=256,
+        max_model_len=131072,
+        assume_installed=sim,
+    )
     static = hwtune.select_attention(spec, device=device, db=False, assume_installed=sim)
     policies: dict[str, list[float]] = defaultdict(list)
     detail = []
@@ -97,9 +113,12 @@ def score(out: Path, spec, device: str = "auto") -> dict:  # noqa: ANN001
             fixed[phase][cand].append(v / best)
         choice = {
             "hwtune": (sel.backend, sel.tactic_for(phase, batch, ctx)),
-            "hwtune_per_phase": (sel.per_phase.get(phase, sel.backend),
-                                 sel.tactic_for(phase, batch, ctx) if sel.per_phase.get(phase, sel.backend) == sel.backend
-                                 else dict(next(r.tactics for r in sel.ranked if r.backend == sel.per_phase[phase]))[phase]),
+            "hwtune_per_phase": (
+                sel.per_phase.get(phase, sel.backend),
+                sel.tactic_for(phase, batch, ctx)
+                if sel.per_phase.get(phase, sel.backend) == sel.backend
+                else dict(next(r.tactics for r in sel.ranked if r.backend == sel.per_phase[phase]))[phase],
+            ),
             "static": (static.backend, static.tactics[phase]),
             "flashinfer_auto": FI_AUTO[phase],
         }
@@ -117,11 +136,19 @@ def score(out: Path, spec, device: str = "auto") -> dict:  # noqa: ANN001
         cand = min(complete, key=lambda c: sum(math.log(r) for r in complete[c]))
         best_fixed[phase] = cand
         policies["best_single_fixed"] += complete[cand]
-    return {"selection": {"backend": sel.backend, "tactics": dict(sel.tactics), "per_phase": dict(sel.per_phase),
-                          "ranked": [(r.backend, r.source, r.latency_us) for r in sel.ranked],
-                          "dispatch": [vars(e) for e in sel.dispatch], "notes": list(sel.notes)},
-            "best_single_fixed": {p: list(c) for p, c in best_fixed.items()},
-            "policies": {name: scores(rs) for name, rs in policies.items()}, "workloads": detail}
+    return {
+        "selection": {
+            "backend": sel.backend,
+            "tactics": dict(sel.tactics),
+            "per_phase": dict(sel.per_phase),
+            "ranked": [(r.backend, r.source, r.latency_us) for r in sel.ranked],
+            "dispatch": [vars(e) for e in sel.dispatch],
+            "notes": list(sel.notes),
+        },
+        "best_single_fixed": {p: list(c) for p, c in best_fixed.items()},
+        "policies": {name: scores(rs) for name, rs in policies.items()},
+        "workloads": detail,
+    }
 
 
 COLD = """
@@ -155,18 +182,32 @@ def latencies(out: Path, spec) -> dict:  # noqa: ANN001
         res = subprocess.run([sys.executable, "-c", COLD, db], capture_output=True, text=True, check=True)
         wall = (time.perf_counter() - t0) * 1e3
         in_proc, torch_loaded, backend, source = res.stdout.split()
-        cold.append({"in_process_ms": float(in_proc), "process_wall_ms": round(wall, 1),
-                     "torch_imported": torch_loaded == "True", "backend": backend, "source": source})
-    return {"warm_select_us": round(warm_us, 2), "tactic_for_us": round(lookup_us, 3), "cold": cold,
-            "cold_in_process_ms_median": statistics.median(c["in_process_ms"] for c in cold),
-            "cold_process_wall_ms_median": statistics.median(c["process_wall_ms"] for c in cold)}
+        cold.append(
+            {
+                "in_process_ms": float(in_proc),
+                "process_wall_ms": round(wall, 1),
+                "torch_imported": torch_loaded == "True",
+                "backend": backend,
+                "source": source,
+            }
+        )
+    return {
+        "warm_select_us": round(warm_us, 2),
+        "tactic_for_us": round(lookup_us, 3),
+        "cold": cold,
+        "cold_in_process_ms_median": statistics.median(c["in_process_ms"] for c in cold),
+        "cold_process_wall_ms_median": statistics.median(c["process_wall_ms"] for c in cold),
+    }
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--steps", default="quick,default,oracle,score",
-                   help="comma-separated subset of quick, default, oracle, score (results accumulate in regret.json)")
+    p.add_argument(
+        "--steps",
+        default="quick,default,oracle,score",
+        help="comma-separated subset of quick, default, oracle, score (results accumulate in regret.json)",
+    )
     p.add_argument("--score-only", action="store_true")
     p.add_argument("--device", default="auto", help="score for a simulated device (synthetic stores)")
     args = p.parse_args()
@@ -187,8 +228,11 @@ def main() -> int:
             print("quick", result["quick_tune"], flush=True)
         if "default" in steps:
             plan = plan_from_model(MODEL, kinds=["attention"], device=profile)
-            result["default_tune"] = {**tune(plan, args.out / "train.db", BACKENDS), "workloads": len(plan.items),
-                                      "backends": list(BACKENDS)}
+            result["default_tune"] = {
+                **tune(plan, args.out / "train.db", BACKENDS),
+                "workloads": len(plan.items),
+                "backends": list(BACKENDS),
+            }
             print("default", result["default_tune"], flush=True)
         if "oracle" in steps:
             result["oracle_tune"] = tune(oracle_plan(spec), args.out / "oracle.db", BACKENDS)
@@ -205,8 +249,10 @@ def main() -> int:
     print("selection", result["selection"]["backend"], result["selection"]["per_phase"])
     lat = result.get("latency")
     if lat:
-        print(f"warm select {lat['warm_select_us']} us, tactic_for {lat['tactic_for_us']} us, cold in-process "
-              f"{lat['cold_in_process_ms_median']} ms, cold process wall {lat['cold_process_wall_ms_median']} ms")
+        print(
+            f"warm select {lat['warm_select_us']} us, tactic_for {lat['tactic_for_us']} us, cold in-process "
+            f"{lat['cold_in_process_ms_median']} ms, cold process wall {lat['cold_process_wall_ms_median']} ms"
+        )
     return 0
 
 

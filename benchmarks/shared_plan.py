@@ -37,12 +37,32 @@ def run(db: str, nodes: int, plan: Path) -> float:
     from hwtune.db.store import Store
 
     Store.open(db).close()
-    cmd = ["taskset", "-c", "{core}", sys.executable, "-m", "hwtune", "tune", "--plan", str(plan), "--kinds", "attention", "--device", "cpu",
-           "--db", db, "--no-warmup", "--json", "--fresh" if nodes == 1 else "--resume"]
+    cmd = [
+        "taskset",
+        "-c",
+        "{core}",
+        sys.executable,
+        "-m",
+        "hwtune",
+        "tune",
+        "--plan",
+        str(plan),
+        "--kinds",
+        "attention",
+        "--device",
+        "cpu",
+        "--db",
+        db,
+        "--no-warmup",
+        "--json",
+        "--fresh" if nodes == 1 else "--resume",
+    ]
     t0 = time.perf_counter()
     # each "node" gets its own CPU core, as separate machines would have their own GPUs
-    procs = [subprocess.Popen([c.format(core=i) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              text=True) for i in range(nodes)]
+    procs = [
+        subprocess.Popen([c.format(core=i) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        for i in range(nodes)
+    ]
     for p in procs:
         p.communicate()
     return time.perf_counter() - t0
@@ -63,8 +83,12 @@ def main() -> int:
 
     with Store.open(args.db, read_only=True, create=False) as store:
         counts = Counter((r.workload_key, r.run_id) for r in store.measurements())
-    out = {"single_s": round(one, 1), f"{args.nodes}_nodes_s": round(many, 1), "speedup": round(one / many, 2),
-           "max_times_an_item_was_measured_in_a_run": max(counts.values())}
+    out = {
+        "single_s": round(one, 1),
+        f"{args.nodes}_nodes_s": round(many, 1),
+        "speedup": round(one / many, 2),
+        "max_times_an_item_was_measured_in_a_run": max(counts.values()),
+    }
     print(json.dumps(out))
     return 0
 

@@ -37,8 +37,9 @@ CPU_DECODE = [(1, 64), (1, 192), (2, 64), (2, 192), (3, 128), (4, 64), (5, 96), 
 GPU_DECODE = [(1, 512), (1, 4096), (4, 512), (4, 2048), (8, 1024), (16, 512), (16, 4096), (32, 2048), (64, 2048)]
 
 
-def _workloads(device: str) -> list[AttentionWorkload]:
+def _workloads(device: str, shapes: int | None) -> list[AttentionWorkload]:
     spec, decode = (GPU_SPEC, GPU_DECODE) if device == "cuda" else (CPU_SPEC, CPU_DECODE)
+    decode = decode[-shapes:] if shapes else decode
     out = [AttentionWorkload(spec, "decode", batch=b, context_len=c, query_len=1) for b, c in decode]
     chunks = [(1, 512, 512), (1, 2048, 256)] if device == "cuda" else [(1, 128, 64), (1, 256, 32)]
     out += [AttentionWorkload(spec, "prefill", batch=b, context_len=c, query_len=q) for b, c, q in chunks]
@@ -60,12 +61,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--time-cap", type=float, default=1.0)
     ap.add_argument("--compare", type=int, default=4, help="compare the last N shapes (plus both prefills)")
+    ap.add_argument("--shapes", type=int, default=None, help="only the last N decode shapes (and both prefills)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     backends = tuple(args.backends.split(",")) if args.backends else None
     profile = resolve_profile(args.device)
     timing = TimingOptions(time_cap_s=args.time_cap)
-    workloads = _workloads(args.device)
+    workloads = _workloads(args.device, args.shapes)
     plan = Plan(
         name="tune vs bench", items=[PlanItem(w, 0) for w in workloads], time_cap_s=args.time_cap, backends=backends
     )
@@ -74,6 +76,14 @@ def main() -> None:
         report = Tuner(plan, store, TuneOptions(device=args.device, backends=backends), profile=profile).run()
         stored = {(r.workload_key, r.backend, r.tactic): r for r in store.measurements(run_id=report.run_id)}
     tune_s = time.monotonic() - started
+    print(f"tuned in {tune_s:.0f} s: {report.statuses}", flush=True)
+    for (_, b, t), rec in sorted(stored.items()):
+        if rec.ok and rec.stats:
+            print(
+                f"  stored {rec.workload['phase']} b{rec.workload['batch']} ctx{rec.workload['context_len']} "
+                f"{b}/{t}: {rec.stats.median_us:.1f} us (compile {rec.compile_time_s or 0:.1f} s)",
+                flush=True,
+            )
     compared = workloads[-(args.compare + 2) :]
     fresh: dict[tuple[str, str, str], list[float]] = {}
     for _ in range(args.rounds):

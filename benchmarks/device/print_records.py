@@ -1,5 +1,6 @@
 """One line per measurement record in the ``h_*.json`` files that ``hwtune bench attention --json`` wrote
-into a folder (the device scripts' harness runs): workload, backend, tactic, status, median, error, config.
+into a folder: workload, backend, tactic, status, median, error, config. kernels.sh (harness sections) and
+probes.sh (bench sections) call it after their runs; it feeds no figure itself.
 
     python3 benchmarks/device/print_records.py "$OUT"
 """
@@ -21,9 +22,22 @@ def main(folder: str) -> int:
         for r in recs:
             s = r.get("stats") or {}
             w = r["workload"]
-            print(f.name, w["phase"], w["batch"], w["context_len"], w["spec"]["kv_layout"], w["spec"]["kv_cache_dtype"],
-                  r["backend"], r["tactic"], r["status"], round(s.get("median_us") or 0, 1), r["timing_method"],
-                  (r.get("error") or {}).get("rel_l2"), (r.get("extra") or {}).get("config"), r["message"][:160])
+            print(
+                f.name,
+                w["phase"],
+                w["batch"],
+                w["context_len"],
+                w["spec"]["kv_layout"],
+                w["spec"]["kv_cache_dtype"],
+                r["backend"],
+                r["tactic"],
+                r["status"],
+                round(s.get("median_us") or 0, 1),
+                r["timing_method"],
+                (r.get("error") or {}).get("rel_l2"),
+                (r.get("extra") or {}).get("config"),
+                r["message"][:160],
+            )
     return 0
 
 

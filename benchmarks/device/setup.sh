@@ -1,5 +1,9 @@
-# Source at the start of every device command: installs the carried wheels (flashinfer, sqlalchemy,
-# alembic, platformdirs) into a temp dir and points Python and FlashInfer's JIT cache at the right places.
+# Sourced first by every device script (kernels.sh, all2all.sh, probes.sh, tune.sh); feeds no figure itself.
+# Installs the carried wheels in .whl/ (flashinfer, sqlalchemy, alembic, platformdirs: the device machines
+# have no network) into a temp dir, puts that dir and the repository on PYTHONPATH, points FlashInfer's JIT
+# cache at $FLASHINFER_WORKSPACE_BASE (default /tmp/fi-ws), turns NVLink multicast off (NCCL NVLS, torch
+# symmetric memory, NVSHMEM), creates $OUT (default /tmp/out) and prints the GPU (name, driver, memory, max SM
+# clock) and the torch / triton / flashinfer versions: the provenance a result file needs.
 t=$(mktemp -d) && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target "$t" .whl/*.whl && export PYTHONPATH="$t:$PWD" || return 1
 export FLASHINFER_WORKSPACE_BASE="${FLASHINFER_WORKSPACE_BASE:-/tmp/fi-ws}"

@@ -41,8 +41,9 @@ def main() -> int:
         ref = ref.clone()
         auto_us = kb.time_ms(kb.triton_call(p, auto), touched_bytes=kb.kv_bytes(p), inner=5, reps=15)[0] * 1e3
         results = []
-        for bn, sp, warps, stages in itertools.product((64, 128, 256), sorted({max(1, s // 4), max(1, s // 2), s,
-                                                                              min(128, 2 * s)}), (4, 8), (2, 3, 4)):
+        for bn, sp, warps, stages in itertools.product(
+            (64, 128, 256), sorted({max(1, s // 4), max(1, s // 2), s, min(128, 2 * s)}), (4, 8), (2, 3, 4)
+        ):
             if time.time() - start > budget:
                 break
             cfg = TritonAttnConfig(bn, sp, warps, stages)
@@ -60,8 +61,10 @@ def main() -> int:
                 continue
             results.append((kb.time_ms(call, touched_bytes=kb.kv_bytes(p), inner=5, reps=15)[0] * 1e3, cfg.name()))
         results.sort()
-        print(f"b{batch} ctx{ctx} {layout} fp8: auto {auto.name()} {auto_us:.1f} us; "
-              f"best {[(round(u, 1), n) for u, n in results[:6]]}")
+        print(
+            f"b{batch} ctx{ctx} {layout} fp8: auto {auto.name()} {auto_us:.1f} us; "
+            f"best {[(round(u, 1), n) for u, n in results[:6]]}"
+        )
         del p
         torch.cuda.empty_cache()
         if time.time() - start > budget:

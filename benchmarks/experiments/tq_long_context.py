@@ -42,11 +42,32 @@ GRID = list(itertools.product((128, 256), (8, 16, 32, 48, 64, 96, 128), (4, 8), 
 
 
 def tq_call(p: dict, cache: tq.TurboQuantCache, config: TritonAttnConfig, out: torch.Tensor):
-    ws = torch.empty(max(1, workspace_size(num_tokens=p["q"].shape[0], num_heads=p["h_q"], head_size=p["head_size"],
-                                           num_splits=config.num_splits or 1)), device="cuda")
-    return lambda: tq.paged_attention(p["q"], cache, p["table"], p["seq_lens"], p["qsl"], max_query_len=1,
-                                      max_seq_len=p["ctx"], out=out, lse=p["lse"],
-                                      softmax_scale=p["head_size"] ** -0.5, config=config, workspace=ws)
+    ws = torch.empty(
+        max(
+            1,
+            workspace_size(
+                num_tokens=p["q"].shape[0],
+                num_heads=p["h_q"],
+                head_size=p["head_size"],
+                num_splits=config.num_splits or 1,
+            ),
+        ),
+        device="cuda",
+    )
+    return lambda: tq.paged_attention(
+        p["q"],
+        cache,
+        p["table"],
+        p["seq_lens"],
+        p["qsl"],
+        max_query_len=1,
+        max_seq_len=p["ctx"],
+        out=out,
+        lse=p["lse"],
+        softmax_scale=p["head_size"] ** -0.5,
+        config=config,
+        workspace=ws,
+    )
 
 
 def ab(budget: float) -> int:
@@ -58,11 +79,25 @@ def ab(budget: float) -> int:
         tq_bytes = batch * ctx * tq.bytes_per_token(p["h_kv"], p["head_size"], 4)
         for layout in ("NHD", "HND"):
             cache = kb.tq_cache_from_bf16(p, 4, layout)
-            new = turboquant_config(bits=4, phase="decode", batch=batch, max_query_len=1, max_seq_len=ctx,
-                                    head_size=p["head_size"], gqa_group=p["h_q"] // p["h_kv"], num_sms=sms,
-                                    num_kv_heads=p["h_kv"])
-            old_splits = choose_num_splits(programs=batch * p["h_kv"], max_seq_len=ctx, num_sms=sms, decode=True,
-                                           per_sm=3, min_tokens=4 * new.block_n)
+            new = turboquant_config(
+                bits=4,
+                phase="decode",
+                batch=batch,
+                max_query_len=1,
+                max_seq_len=ctx,
+                head_size=p["head_size"],
+                gqa_group=p["h_q"] // p["h_kv"],
+                num_sms=sms,
+                num_kv_heads=p["h_kv"],
+            )
+            old_splits = choose_num_splits(
+                programs=batch * p["h_kv"],
+                max_seq_len=ctx,
+                num_sms=sms,
+                decode=True,
+                per_sm=3,
+                min_tokens=4 * new.block_n,
+            )
             old = TritonAttnConfig(new.block_n, old_splits, new.num_warps, new.num_stages)
             o_old, o_new = torch.empty_like(p["q"]), torch.empty_like(p["q"])
             calls = {"old": tq_call(p, cache, old, o_old), "new": tq_call(p, cache, new, o_new)}
@@ -73,8 +108,10 @@ def ab(budget: float) -> int:
             for _ in range(2 if old != new else 1):
                 for side in ("old", "new") if old != new else ("new",):
                     times[side].append(kb.time_ms(calls[side], touched_bytes=tq_bytes, inner=5, reps=15)[0] * 1e3)
-            print(f"b{batch} ctx{ctx} {layout}: old {old.name()} {[round(t, 1) for t in times['old']]} us; "
-                  f"new {new.name()} {[round(t, 1) for t in times['new']]} us; max|d| {err:.2g}")
+            print(
+                f"b{batch} ctx{ctx} {layout}: old {old.name()} {[round(t, 1) for t in times['old']]} us; "
+                f"new {new.name()} {[round(t, 1) for t in times['new']]} us; max|d| {err:.2g}"
+            )
             del cache
         del p
         torch.cuda.empty_cache()
@@ -94,15 +131,25 @@ def main() -> int:
     print(torch.cuda.get_device_name(0), time.strftime("%Y-%m-%d"))
     for batch, ctx in SHAPES:
         p = kb.paged(batch, ctx)
-        fi = {name: kb.time_ms(c, touched_bytes=kb.kv_bytes(p), inner=5, reps=15)[0] * 1e3
-              for name, c in kb.flashinfer_decode_calls(p).items()}
+        fi = {
+            name: kb.time_ms(c, touched_bytes=kb.kv_bytes(p), inner=5, reps=15)[0] * 1e3
+            for name, c in kb.flashinfer_decode_calls(p).items()
+        }
         fi_best = min(fi.values()) if fi else float("nan")
         tq_bytes = batch * ctx * tq.bytes_per_token(p["h_kv"], p["head_size"], 4)
         for layout in ("NHD", "HND"):
             cache = kb.tq_cache_from_bf16(p, 4, layout)
-            auto = turboquant_config(bits=4, phase="decode", batch=batch, max_query_len=1, max_seq_len=ctx,
-                                     head_size=p["head_size"], gqa_group=p["h_q"] // p["h_kv"],
-                                     num_sms=num_sms(torch.device("cuda")), num_kv_heads=p["h_kv"])
+            auto = turboquant_config(
+                bits=4,
+                phase="decode",
+                batch=batch,
+                max_query_len=1,
+                max_seq_len=ctx,
+                head_size=p["head_size"],
+                gqa_group=p["h_q"] // p["h_kv"],
+                num_sms=num_sms(torch.device("cuda")),
+                num_kv_heads=p["h_kv"],
+            )
             ref = torch.empty_like(p["q"])
             tq_call(p, cache, auto, ref)()
             auto_us = kb.time_ms(tq_call(p, cache, auto, ref), touched_bytes=tq_bytes, inner=5, reps=15)[0] * 1e3
@@ -126,8 +173,10 @@ def main() -> int:
                 us = kb.time_ms(call, touched_bytes=tq_bytes, inner=5, reps=15)[0] * 1e3
                 results.append((us, cfg.name()))
             results.sort()
-            print(f"b{batch} ctx{ctx} {layout}: FlashInfer bf16 best {fi_best:.1f} us {fi}; auto {auto.name()} "
-                  f"{auto_us:.1f} us ({fi_best / auto_us:.2f}x); best {[(round(u, 1), n) for u, n in results[:5]]}")
+            print(
+                f"b{batch} ctx{ctx} {layout}: FlashInfer bf16 best {fi_best:.1f} us {fi}; auto {auto.name()} "
+                f"{auto_us:.1f} us ({fi_best / auto_us:.2f}x); best {[(round(u, 1), n) for u, n in results[:5]]}"
+            )
             del cache
         del p
         torch.cuda.empty_cache()
