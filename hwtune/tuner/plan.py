@@ -110,8 +110,15 @@ class Plan:
         self.items = list(merged.values())
 
     def digest(self) -> str:
-        """Stable identity of the plan's content: resuming and sharing a plan across nodes key on it."""
-        payload = json.dumps([i.to_dict() for i in self.items], sort_keys=True)
+        """Stable identity of the plan's content: resuming and sharing a plan across nodes key on it. The
+        default backends and the timing cap are content too: a plan that measures other backends, or times
+        them otherwise, is another plan (its results must not be skipped as already done)."""
+        content = {
+            "items": [i.to_dict() for i in self.items],
+            "time_cap_s": self.time_cap_s,
+            "backends": list(self.backends) if self.backends else None,
+        }
+        payload = json.dumps(content, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
     def to_dict(self) -> dict[str, Any]:

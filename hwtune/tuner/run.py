@@ -11,6 +11,7 @@ for this plan are skipped, so a reclaimed item adds no duplicate rows.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import os
 import socket
@@ -57,10 +58,12 @@ class TuneReport:
 Progress = Callable[[str, int, int, str], None]  # (event, done, total, message)
 
 
-def plan_queue_id(plan: Plan, env: Environment) -> str:
-    """The work-queue id of a plan in an environment: nodes that share the plan and environment share the queue, and
-    a different environment never picks up another's items."""
-    return f"{plan.digest()}-{env.hash()[:12]}"
+def plan_queue_id(plan: Plan, env: Environment, backends: tuple[str, ...] | None = None) -> str:
+    """The work-queue id of a plan in an environment, for the run's ``--backends``: nodes that share all three
+    share the queue; a different environment never picks up another's items, and a run that narrows to other
+    backends is not taken for one already done."""
+    narrowed = "" if not backends else "-" + hashlib.sha256(",".join(sorted(backends)).encode()).hexdigest()[:8]
+    return f"{plan.digest()}-{env.hash()[:12]}{narrowed}"
 
 
 class Tuner:
@@ -93,7 +96,7 @@ class Tuner:
     # --- the queue ------------------------------------------------------------------------------------
 
     def _queue_id(self) -> str:
-        base = plan_queue_id(self.plan, self.env)
+        base = plan_queue_id(self.plan, self.env, self.opts.backends)
         state = self.store.queue_state(base)
         started = sum(v for k, v in state.items() if k != "pending")
         if self.opts.fresh:

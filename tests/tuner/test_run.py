@@ -196,3 +196,22 @@ def test_a_tune_that_measures_nothing_says_why_and_fails(tmp_path: Path) -> None
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert res.returncode == 1, res.stdout + res.stderr
     assert "measured nothing" in res.stderr and "FLASHINFER" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_run_narrowed_to_other_backends_is_another_queue(tmp_path: Path) -> None:
+    """Tuning a plan with --backends A, then with --backends B, must measure B (not refuse, not skip it)."""
+    from hwtune.core.types import AttentionSpec, AttentionWorkload
+    from hwtune.tuner.plan import Plan, PlanItem
+
+    spec = AttentionSpec(num_heads=4, num_kv_heads=2, head_size=32, dtype="float32")
+    plan = Plan(
+        name="narrowed", items=[PlanItem(AttentionWorkload(spec, "decode", 2, 64, query_len=1), 0)], time_cap_s=0.05
+    )
+    with Store.open(f"sqlite:///{tmp_path / 't.db'}") as store:
+        first = Tuner(plan, store, opts(backends=("TORCH_SDPA:math",)), profile=CPU_PROFILE).run()
+        second = Tuner(plan, store, opts(backends=("FLEX_ATTENTION",)), profile=CPU_PROFILE).run()
+        assert first.plan_id != second.plan_id and second.state == "done"
+        measured = {(r.backend, r.tactic) for r in store.measurements(run_id=second.run_id)}
+    assert measured == {("FLEX_ATTENTION", "compiled")}
+    changed = Plan(name="narrowed", items=plan.items, time_cap_s=0.5)
+    assert changed.digest() != plan.digest(), "the timing cap is part of the plan"
