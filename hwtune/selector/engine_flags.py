@@ -16,7 +16,12 @@ if TYPE_CHECKING:
 
 #: Engine name -> how errors spell it.
 ENGINES = {"vllm": "vLLM", "sglang": "SGLang"}
-_FLAG_WORDS = {"attention": "attention backend", "all2all": "all2all backend flag"}
+_FLAG_WORDS = {
+    ("vllm", "attention"): "attention backend",
+    ("sglang", "attention"): "attention backend",
+    ("vllm", "all2all"): "--all2all-backend value",
+    ("sglang", "all2all"): "--moe-a2a-backend",
+}
 
 
 class NoEngineEquivalentError(InvalidSpecError):
@@ -33,7 +38,7 @@ def engine_args(selection: "Selection", engine: str) -> list[str]:
     missing = (
         flags.missing
         if flags is not None and flags.missing
-        else (f"{ENGINES[engine]} has no {_FLAG_WORDS[selection.kind]} equivalent to {selection.backend}")
+        else (f"{ENGINES[engine]} has no {_FLAG_WORDS[(engine, selection.kind)]} equivalent to {selection.backend}")
     )
     raise NoEngineEquivalentError(missing.format(tactic=selection.tactic, backend=selection.backend))
 
