@@ -48,11 +48,12 @@ def describe_exit(code: int | None) -> str:
     if code is None:
         return "closed its result pipe while still running"
     if code < 0:
-        return f"was killed by signal {signal_name(-code)}"
+        name = signal_name(-code)
+        return f"was killed by {name}" if name.startswith("signal ") else f"was killed by signal {name}"
     return f"exited with code {code} without a result"
 
 
-def stderr_tail(path: str | os.PathLike[str], start: int | None = None, lines: int = 15) -> str:
+def stderr_tail(path: str | os.PathLike[str], start: int | None = None, *, lines: int = 15) -> str:
     """The last ``lines`` lines a process wrote to its log (from byte ``start``, else the last 8 KiB)."""
     try:
         with open(path, "rb") as fh:

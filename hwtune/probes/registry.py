@@ -1,8 +1,8 @@
 """The probe registry, one for every kind: which candidate class runs a backend, read from its catalogue
 record (``Backend.probe``), and how to import it.
 
-The parent process checks a probe's modules with ``importlib.util.find_spec`` (never an import) before it
-starts a worker; only workers and spawned ranks import the candidate class. Light: no torch here.
+For all2all, the parent process checks a probe's modules with ``importlib.util.find_spec`` (never an
+import) before it spawns ranks (attention candidates check in ``unavailable()`` inside the worker); only workers and spawned ranks import the candidate class. Light: no torch here.
 """
 
 from __future__ import annotations

@@ -59,10 +59,11 @@ def parse_backends(text: str | None) -> tuple[str, ...] | None:
     """``"FLASHINFER,TRITON_ATTN:auto"`` -> names as given; an unknown backend is an error listing the known."""
     if not text:
         return None
-    names = tuple(b.strip() for b in text.split(",") if b.strip())
-    for name in names:
-        catalogue.get_any(name.partition(":")[0])
-    return names or None
+    names = []
+    for given in (b.strip() for b in text.split(",") if b.strip()):
+        backend, sep, tactic = given.partition(":")
+        names.append(catalogue.get_any(backend).name + sep + tactic)  # the catalogue's spelling
+    return tuple(names) or None
 
 
 def resolve_profile(device: str) -> DeviceProfile:

@@ -313,7 +313,7 @@ def _watch(spec: TrialSpec, ranks: list[_Rank], timeout_s: float, settle_s: floa
             if current == n:
                 return _after_last(res, ranks)
             waiting = [i for i, r in enumerate(ranks) if current not in r.results]
-            tails = {i: stderr_tail(ranks[i].err, 5) for i in waiting}
+            tails = {i: stderr_tail(ranks[i].err, lines=5) for i in waiting}
             where = _where(ranks[waiting[0]], current) if waiting else f"during workload {current}"
             res.failed = ItemResult(
                 "timeout",
