@@ -2,7 +2,8 @@
 record (``Backend.probe``), and how to import it.
 
 For all2all, the parent process checks a probe's modules with ``importlib.util.find_spec`` (never an
-import) before it spawns ranks (attention candidates check in ``unavailable()`` inside the worker); only workers and spawned ranks import the candidate class. Light: no torch here.
+import) before it spawns ranks (attention candidates check in ``unavailable()`` inside the worker);
+only workers and spawned ranks import the candidate class. Light: no torch here.
 """
 
 from __future__ import annotations
