@@ -115,7 +115,7 @@ def tune(
         return
     report, records = _run(plan, profile, opts, db, json_out)
     _print_report(report, records, json_out)
-    if report.records and report.state == "done" and not report.statuses.get("ok"):  # wrote, none ok
+    if report.measured_nothing:
         _fail_measured_nothing(records, profile)
     if report.state == "interrupted" and not budget:
         raise typer.Exit(130)

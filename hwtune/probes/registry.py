@@ -12,17 +12,11 @@ import importlib
 import importlib.util
 
 from hwtune.core import catalogue
-from hwtune.core.catalogue import Probe
-
-
-def probe_of(kind: str, backend: str) -> Probe | None:
-    """The probe the catalogue declares for ``backend`` (None: hwtune cannot run it itself)."""
-    return catalogue.get(kind, backend).probe
 
 
 def probe_ref(kind: str, backend: str, error: type[Exception] = LookupError) -> str:
     """``module:Class`` of ``backend``'s candidate; ``error`` with the reason when it has none."""
-    probe = probe_of(kind, backend)
+    probe = catalogue.get(kind, backend).probe
     if probe is None:
         raise error(
             f"hwtune has no runnable candidate for {backend} (it is selectable from static "

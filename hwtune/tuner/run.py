@@ -54,6 +54,11 @@ class TuneReport:
     state: str = "running"
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def measured_nothing(self) -> bool:
+        """A finished run that wrote records of which none is a timed, correct result: a failure."""
+        return self.state == "done" and self.records > 0 and not self.statuses.get("ok")
+
 
 Progress = Callable[[str, int, int, str], None]  # (event, done, total, message)
 
