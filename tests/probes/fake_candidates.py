@@ -153,3 +153,17 @@ class ReferenceLse(_Base):
 class BadLse(_Base):
     def runner(self, workload, tactic, device):  # noqa: ANN001, ANN201
         return _BadLseRunner()
+
+
+class _StaleQueryRunner(SdpaRunner):
+    """Keeps the query lengths of the first batch it was planned for (prefill chunk and spec-decode steps), as a
+    plan cache keyed on the batch size alone would in a mixed batch."""
+
+    def prepare(self, problem) -> None:  # noqa: ANN001
+        if self.problem is not None:
+            problem = dataclasses.replace(problem, query_lens=self.problem.query_lens)
+        super().prepare(problem)
+
+
+class StaleQuery(_Base):
+    runner_cls = _StaleQueryRunner

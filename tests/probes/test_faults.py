@@ -115,3 +115,27 @@ def test_dcp_split_and_merge_passes_for_exact_lse(pool: WorkerPool) -> None:
 def test_wrong_lse_is_caught_by_the_lse_check(pool: WorkerPool) -> None:
     rec = measure(pool, "BadLse", workload=DCP)
     assert rec.status == "wrong_answer" and "LSE differs from the reference" in rec.message
+
+
+# A mixed batch as engines run it with speculative decoding: one prefill chunk and decode steps of 3 tokens.
+MIXED_SPEC = AttentionWorkload(
+    AttentionSpec(4, 2, 32, dtype="float32", spec_tokens=2),
+    "mixed",
+    batch=4,
+    context_len=40,
+    query_len=24,
+    num_prefill=1,
+)
+
+
+def test_mixed_spec_decode_batch_passes_for_a_correct_candidate(pool: WorkerPool) -> None:
+    rec = measure(pool, "Good", workload=MIXED_SPEC)
+    assert rec.status == "ok", rec.message
+
+
+def test_stale_query_lengths_in_a_mixed_spec_decode_batch_are_caught(pool: WorkerPool) -> None:
+    """The second batch moves the prefill chunk to another position: a plan that kept the first batch's
+    query lengths reads the wrong rows and is recorded as a wrong answer, never timed."""
+    rec = measure(pool, "StaleQuery", workload=MIXED_SPEC)
+    assert rec.status == "wrong_answer", rec.message
+    assert "batch B through the same plan" in rec.message and rec.stats is None

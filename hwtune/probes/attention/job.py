@@ -22,7 +22,7 @@ from hwtune.core import catalogue
 from hwtune.core.types import AttentionWorkload
 from hwtune.probes.attention.candidates.base import Runner, Unsupported, load_candidate
 from hwtune.probes.attention.correctness import Verdict, compare, tolerances
-from hwtune.probes.attention.problem import build_problem, split_halves, varied_lengths
+from hwtune.probes.attention.problem import build_problem, second_batch_lengths, split_halves
 from hwtune.probes.attention.reference import merge_by_lse, reference_attention
 from hwtune.probes.timing import TimingOptions, capture_graph, time_cpu, time_cuda
 
@@ -130,13 +130,16 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 def _second_batch(
     workload: AttentionWorkload, runner: Runner, problem: Any, device: str, seed: int, figures: dict[str, float]
 ) -> Any:
-    """Batch B, of other lengths, written into batch A's buffers and planned on the same runner."""
-    second = build_problem(varied_lengths(workload, seed + 1), device, seed=seed + 1, like=problem)
+    """Batch B, of other lengths (and, in a mixed batch, other query lengths per position), written into batch
+    A's buffers and planned on the same runner."""
+    lengths = second_batch_lengths(workload, seed + 1)
+    second = build_problem(workload, device, seed=seed + 1, like=problem, lengths=lengths)
     try:
         runner.prepare(second)
     except Unsupported:  # e.g. SDPA's flash kernel: no ragged batches; check with a uniform one
         figures["batch B uniform"] = 1.0
-        second = build_problem(varied_lengths(workload, seed + 1, uniform=True), device, seed=seed + 1, like=problem)
+        lengths = second_batch_lengths(workload, seed + 1, uniform=True)
+        second = build_problem(workload, device, seed=seed + 1, like=problem, lengths=lengths)
         runner.prepare(second)
     return second
 

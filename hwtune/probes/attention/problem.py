@@ -53,6 +53,8 @@ class AttentionProblem:
     softmax_scale: float
     seed: int
     extras: dict = field(default_factory=dict)
+    #: False for a DCP context share: the queries follow every key in it, so none is masked.
+    causal: bool = True
 
     @property
     def spec(self):  # noqa: ANN201 - AttentionSpec
@@ -116,7 +118,7 @@ class AttentionProblem:
         return slice(start, start + self.query_lens[r])
 
 
-def _lengths(w: AttentionWorkload) -> tuple[list[int], list[int]]:
+def batch_lengths(w: AttentionWorkload) -> tuple[list[int], list[int]]:
     """Per-request (query_lens, seq_lens) of the workload's batch."""
     seq = list(w.context_lens) if w.context_lens is not None else [w.context_len] * w.batch
     if w.phase == "mixed":
@@ -135,7 +137,7 @@ def varied_lengths(w: AttentionWorkload, seed: int, uniform: bool = False) -> At
     ``uniform`` changes every request by the same amount, for kernels that only take uniform batches.
     """
     g = torch.Generator().manual_seed(seed)
-    _, seq = _lengths(w)
+    _, seq = batch_lengths(w)
     span = max(1, w.spec.block_size + 3)
     lens = []
     common = 1 + int(torch.randint(0, span, (1,), generator=g))
@@ -143,6 +145,18 @@ def varied_lengths(w: AttentionWorkload, seed: int, uniform: bool = False) -> At
         delta = common if uniform else int(torch.randint(0, span, (1,), generator=g))
         lens.append(max(w.query_len if w.phase != "decode" else w.spec.query_len_decode, s - delta))
     return replace(w, context_lens=tuple(lens))
+
+
+def second_batch_lengths(w: AttentionWorkload, seed: int, uniform: bool = False) -> tuple[list[int], list[int]]:
+    """(query_lens, seq_lens) of the stale-metadata check's second batch: contexts varied as in ``varied_lengths``
+    and, where requests have different query lengths (a mixed batch: prefill chunks and decode steps of
+    1 + spec_tokens tokens), the requests rotated by one, so every position's query length and start change
+    while the batch and token counts stay (a captured graph's buffers fit). A plan that kept the first batch's
+    prefill lengths or query offsets then reads the wrong rows."""
+    query, seq = batch_lengths(varied_lengths(w, seed, uniform))
+    if len(set(query)) > 1:
+        query, seq = query[1:] + query[:1], seq[1:] + seq[:1]
+    return query, seq
 
 
 def _page_tables(
@@ -199,8 +213,10 @@ def build_problem(
     seed: int = 0,
     layout: str | None = None,
     like: AttentionProblem | None = None,
+    lengths: tuple[list[int], list[int]] | None = None,
 ) -> AttentionProblem:
-    """Random inputs for ``workload``: normal q/K/V, random page order, poisoned unowned slots.
+    """Random inputs for ``workload``: normal q/K/V, random page order, poisoned unowned slots; ``lengths``
+    (query_lens, seq_lens) replaces the workload's per-request lengths where given.
 
     With ``like``, the new batch is written into ``like``'s tensors in place (same cache, same q buffer,
     same metadata shapes), as an engine reuses its buffers from step to step; a captured CUDA graph then
@@ -213,7 +229,7 @@ def build_problem(
     dtype = torch_dtype(spec.dtype)
     device = torch.device(device)
     g = torch.Generator().manual_seed(seed)
-    query_lens, seq_lens = _lengths(workload)
+    query_lens, seq_lens = lengths or batch_lengths(workload)
     page = spec.block_size
     pages_per = [math.ceil(s / page) for s in seq_lens]
     total_pages = sum(pages_per) + 1  # one spare page never referenced
