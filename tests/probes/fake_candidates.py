@@ -16,6 +16,7 @@ import torch
 
 from hwtune.probes.attention.candidates.base import Candidate, Runner
 from hwtune.probes.attention.candidates.sdpa import SdpaRunner
+from hwtune.probes.attention.dcp import DcpPrefillRunner
 
 
 class _Base(Candidate):
@@ -167,3 +168,72 @@ class _StaleQueryRunner(SdpaRunner):
 
 class StaleQuery(_Base):
     runner_cls = _StaleQueryRunner
+
+
+class _MathDcpPrefillRunner(DcpPrefillRunner):
+    """The DCP prefill path in plain PyTorch: shares through the float32 reference (no causal mask), new tokens
+    through a ragged causal attention that reads K/V in ``new_token_layout``. Built with the cache's layout
+    (``"cache"``), it reads an NHD tensor as HND: the engine bug the gate must catch."""
+
+    def __init__(self, dcp_size: int, new_token_layout: str) -> None:
+        super().__init__(dcp_size)
+        self.new_token_layout = new_token_layout
+
+    def plan(self, inputs) -> None:  # noqa: ANN001
+        self.layout = self.new_token_layout
+        if self.layout == "cache":
+            self.layout = inputs.problem.layout
+
+    def context(self, k: int):  # noqa: ANN201
+        from hwtune.probes.attention.reference import reference_attention
+
+        return reference_attention(self.inputs.shares[k])
+
+    def new_tokens(self):  # noqa: ANN201
+        inp = self.inputs
+        k_all, v_all = inp.k_new.float(), inp.v_new.float()
+        if self.layout == "HND":  # the tensor is [tokens, heads, dim]; a kernel built for HND reads it otherwise
+            t, h, d = k_all.shape
+            k_all = k_all.reshape(h, t, d).transpose(0, 1)
+            v_all = v_all.reshape(h, t, d).transpose(0, 1)
+        outs, lses = [], []
+        bounds = inp.qo_indptr.tolist()
+        for s, e in zip(bounds[:-1], bounds[1:]):
+            q = inp.q[s:e].float().transpose(0, 1)  # [h, m, d]
+            g = q.shape[0] // k_all.shape[1]
+            k = k_all[s:e].repeat_interleave(g, dim=1).transpose(0, 1)
+            v = v_all[s:e].repeat_interleave(g, dim=1).transpose(0, 1)
+            scores = q @ k.transpose(1, 2) / q.shape[-1] ** 0.5
+            mask = torch.ones(e - s, e - s, dtype=torch.bool).tril()
+            scores = scores.masked_fill(~mask, float("-inf"))
+            lse = torch.logsumexp(scores, dim=-1)
+            outs.append((torch.exp(scores - lse[..., None]) @ v).transpose(0, 1))
+            lses.append(lse.transpose(0, 1))
+        return torch.cat(outs), torch.cat(lses)
+
+
+class MathDcpPrefill(ReferenceLse):
+    new_token_layout = "NHD"
+
+    def dcp_prefill_runner(self, workload, tactic, device):  # noqa: ANN001, ANN201
+        return _MathDcpPrefillRunner(workload.spec.dcp_size, self.new_token_layout)
+
+
+class CacheLayoutDcpPrefill(MathDcpPrefill):
+    new_token_layout = "cache"
+
+
+class FlashInferCacheLayoutDcpPrefill(Candidate):
+    """FlashInfer's DCP prefill path with the new-token wrapper built in the cache's layout (the engine bug)."""
+
+    backend = "FLASHINFER"
+
+    def runner(self, workload, tactic, device):  # noqa: ANN001, ANN201
+        from hwtune.probes.attention.candidates.flashinfer import FlashInferRunner
+
+        return FlashInferRunner(workload, tactic)
+
+    def dcp_prefill_runner(self, workload, tactic, device):  # noqa: ANN001, ANN201
+        from hwtune.probes.attention.candidates.flashinfer import FlashInferDcpPrefillRunner
+
+        return FlashInferDcpPrefillRunner(workload, tactic, new_token_layout=None)

@@ -1,5 +1,6 @@
 """Fault injection: every way a candidate can fail becomes the right record, and the next one still works."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ from hwtune.probes.attention.worker import WorkerPool
 from hwtune.probes.timing import TimingOptions
 
 ROOT = str(Path(__file__).resolve().parents[2])
+# the repository first, then whatever the caller had (a device machine puts carried wheels there)
+PYTHONPATH = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
 WORKLOAD = AttentionWorkload(AttentionSpec(4, 2, 32, dtype="float32"), "decode", batch=3, context_len=40)
 FAST = TimingOptions(time_cap_s=0.05, min_reps=6, batch=6, warmup=1)
 
@@ -31,7 +34,7 @@ def measure(pool: WorkerPool, fake: str, timeout_s: float = 60.0, workload: Atte
 
 @pytest.fixture(scope="module")
 def pool():
-    with WorkerPool(env={"PYTHONPATH": ROOT}) as p:
+    with WorkerPool(env={"PYTHONPATH": PYTHONPATH}) as p:
         yield p
 
 
@@ -85,7 +88,7 @@ def test_crash_replaces_the_worker_but_healthy_outcomes_keep_it(pool: WorkerPool
 def test_real_out_of_bounds_kernel_then_next_candidate_is_correct() -> None:
     spec = AttentionSpec(8, 2, 64)
     w = AttentionWorkload(spec, "decode", batch=4, context_len=300)
-    with WorkerPool(env={"PYTHONPATH": ROOT}) as gpu_pool:
+    with WorkerPool(env={"PYTHONPATH": PYTHONPATH}) as gpu_pool:
         [bad] = measure_attention(
             w,
             [Planned("TORCH_SDPA", "math")],
@@ -139,3 +142,63 @@ def test_stale_query_lengths_in_a_mixed_spec_decode_batch_are_caught(pool: Worke
     rec = measure(pool, "StaleQuery", workload=MIXED_SPEC)
     assert rec.status == "wrong_answer", rec.message
     assert "batch B through the same plan" in rec.message and rec.stats is None
+
+
+def _dcp_prefill(layout: str, prefix: int = 70) -> AttentionWorkload:
+    spec = AttentionSpec(4, 2, 32, dtype="float32", dcp_size=2, kv_layout=layout)
+    return AttentionWorkload(spec, "prefill", batch=2, context_len=prefix + 24, query_len=24)
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("prefix", [70, 0])
+def test_dcp_prefill_path_passes_when_new_tokens_are_read_as_nhd(pool: WorkerPool, layout: str, prefix: int) -> None:
+    rec = measure(pool, "MathDcpPrefill", workload=_dcp_prefill(layout, prefix))
+    assert rec.status == "ok", rec.message
+    assert rec.error["rel_l2"] < 1e-5 and rec.error["lse_max_abs"] < 1e-4
+    assert "rank 0 of 2" in rec.extra["dcp_prefill"]
+
+
+def test_dcp_prefill_built_with_the_cache_layout_is_caught(pool: WorkerPool) -> None:
+    """The engine bug: the new-token wrapper built with the HND cache layout reads NHD tensors wrongly."""
+    ok = measure(pool, "CacheLayoutDcpPrefill", workload=_dcp_prefill("NHD"))
+    assert ok.status == "ok", ok.message  # with an NHD cache the two layouts agree, so nothing is wrong
+    bad = measure(pool, "CacheLayoutDcpPrefill", workload=_dcp_prefill("HND"))
+    assert bad.status == "wrong_answer" and bad.stats is None, bad.message
+    assert "batch A" in bad.message
+
+
+def test_a_candidate_without_a_dcp_prefill_path_is_unsupported_not_timed(pool: WorkerPool) -> None:
+    rec = measure(pool, "ReferenceLse", workload=_dcp_prefill("NHD"))
+    assert rec.status == "unsupported" and "no DCP prefill path" in rec.message
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_flashinfer_dcp_prefill_right_and_wrongly_built(layout: str) -> None:
+    """On a GPU with FlashInfer: the DCP prefill path passes in both cache layouts when the new tokens' wrapper
+    is built NHD, and the wrapper built with an HND cache's layout is recorded as wrong or crashed, never ok."""
+    pytest.importorskip("flashinfer")
+    spec = AttentionSpec(32, 8, 128, dcp_size=2, kv_layout=layout)
+    w = AttentionWorkload(spec, "prefill", batch=2, context_len=1024 + 256, query_len=256)
+    with WorkerPool(env={"PYTHONPATH": PYTHONPATH}) as gpu_pool:
+
+        def run(override: dict | None):
+            [rec] = measure_attention(
+                w,
+                [Planned("FLASHINFER", "fa2-tc")],
+                device="cuda",
+                timing=FAST,
+                timeout_s=300,
+                pool=gpu_pool,
+                candidate_override=override,
+            )
+            return rec
+
+        good = run(None)
+        assert good.status == "ok", good.message
+        assert "rank 0 of 2" in good.extra["dcp_prefill"]
+        bad = run({"FLASHINFER": "tests.probes.fake_candidates:FlashInferCacheLayoutDcpPrefill"})
+        if layout == "NHD":
+            assert bad.status == "ok", bad.message  # the cache's layout is NHD too: nothing to get wrong
+        else:
+            assert bad.status in ("wrong_answer", "crashed", "error") and bad.stats is None, bad.message

@@ -3,7 +3,9 @@
 Order, as the design's measurement protocol says:
 1. build batch A and its float32 reference; plan the runner; first call (JIT compile time recorded apart);
 2. NaN-fill the outputs, run, compare (and the LSE where returned) -> wrong_answer stops here;
-3. DCP: split each request's KV into two page-aligned halves, run each, merge by LSE, compare with A;
+3. DCP: in decode, split each request's KV into two page-aligned halves, run each, merge by LSE, compare
+   with A; a DCP prefill runs the DCP prefill path itself (dcp.py: every virtual rank's share of the cached
+   prefix, the ragged new tokens, merged by LSE), so batch A's check is that path's check;
 4. capture a CUDA graph where the runner supports it and check a replay;
 5. a second, different batch B written into the same buffers, re-planned, run through the same
    plan/graph and compared (stale metadata);
@@ -22,6 +24,7 @@ from hwtune.core import catalogue
 from hwtune.core.types import AttentionWorkload
 from hwtune.probes.attention.candidates.base import Runner, Unsupported, load_candidate
 from hwtune.probes.attention.correctness import Verdict, compare, tolerances
+from hwtune.probes.attention.dcp import DcpPrefillRunner
 from hwtune.probes.attention.problem import build_problem, second_batch_lengths, split_halves
 from hwtune.probes.attention.reference import merge_by_lse, reference_attention
 from hwtune.probes.timing import TimingOptions, capture_graph, time_cpu, time_cuda
@@ -186,6 +189,13 @@ def _gate(
     return figures, compile_s, graph
 
 
+def _runner(workload: AttentionWorkload, candidate: Any, tactic: str, device: str) -> Runner:
+    """The runner the engine's computation needs: with DCP, a prefill is the DCP prefill path (dcp.py)."""
+    if workload.spec.dcp_size > 1 and workload.phase == "prefill":
+        return candidate.dcp_prefill_runner(workload, tactic, device)
+    return candidate.runner(workload, tactic, device)
+
+
 def _measure(
     job: dict[str, Any],
     workload: AttentionWorkload,
@@ -197,10 +207,14 @@ def _measure(
     seed: int,
 ) -> dict[str, Any]:
     problem = build_problem(workload, device, seed=seed)
-    runner = candidate.runner(workload, tactic, device)
+    runner = _runner(workload, candidate, tactic, device)
     figures, compile_s, graph = _gate(workload, candidate, tactic, runner, problem, device, opts, seed)
     problem = build_problem(workload, device, seed=seed, like=problem)  # restore batch A in place
     runner.prepare(problem)
+    extra = dict(getattr(runner, "extra", {}))
+    if isinstance(runner, DcpPrefillRunner):  # all virtual ranks were checked; one rank's work is timed
+        runner.ranks = (0,)
+        extra["dcp_prefill"] = f"timed: rank 0 of {workload.spec.dcp_size} (its prefix share, new tokens, merges)"
     if device == "cuda":
         l2 = int(job.get("l2_bytes") or torch.cuda.get_device_properties(0).L2_cache_size)
         stats, method = time_cuda(runner.run, l2_bytes=l2, opts=opts, graph=graph)
@@ -217,6 +231,6 @@ def _measure(
             "graph": graph is not None,
             "layout": problem.layout,
             "num_tokens": problem.num_tokens,
-            **getattr(runner, "extra", {}),
+            **extra,
         },
     }

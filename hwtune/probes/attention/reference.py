@@ -2,7 +2,8 @@
 
 It gathers each request's pages through the block table (so a candidate that misreads the table cannot
 agree with it by accident), dequantises fp8 caches with their scales, and applies the causal offset of the
-new tokens, GQA, sliding window and soft-cap exactly as the spec says. Queries are processed in chunks so
+new tokens (none for a DCP context share, whose queries follow every key), GQA, sliding window and soft-cap
+exactly as the spec says. Queries are processed in chunks so
 that long prefills fit in memory.
 """
 
@@ -42,7 +43,7 @@ def reference_attention(problem: AttentionProblem) -> tuple[torch.Tensor, torch.
                 scores = cap * torch.tanh(scores / cap)
             pos = torch.arange(first_pos + c0, first_pos + c1, device=q.device)[:, None]
             keys = torch.arange(n, device=q.device)[None, :]
-            visible = keys <= pos
+            visible = keys <= pos if problem.causal else torch.ones_like(keys <= pos)
             if spec.sliding_window is not None:
                 visible &= keys > pos - spec.sliding_window
             scores = scores.masked_fill(~visible, -math.inf)

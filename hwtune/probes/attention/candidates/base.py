@@ -78,6 +78,14 @@ class Candidate(ABC):
     def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
         """A fresh runner for ``tactic``; raise Unsupported with the reason if the tactic cannot run."""
 
+    def dcp_prefill_runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
+        """A fresh runner of the DCP prefill path (``hwtune.probes.attention.dcp``) for ``tactic``; by default
+        there is none, and a DCP prefill workload is then unsupported rather than timed unchecked."""
+        raise Unsupported(
+            f"hwtune's {self.backend} candidate has no DCP prefill path (context on each rank's share plus ragged "
+            "new tokens, merged by LSE), so it cannot be checked for --dcp > 1 prefill"
+        )
+
 
 def load_candidate(backend: str, override: str | None = None) -> Candidate:
     """Import the candidate class that ``backend``'s catalogue record names (``override`` = "module:Class",

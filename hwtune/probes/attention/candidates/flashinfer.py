@@ -7,7 +7,9 @@
 - ``cudnn``: the prefill wrapper's cuDNN backend; ``trtllm-gen`` / ``cute-dsl``: the wrappers' backends
   of those names (Blackwell only; the catalogue rejects them elsewhere before they get here).
 FlashInfer returns base-2 LSE; ``lse_natural`` converts outside the timed call. Decode and xqa are
-CUDA-graph capturable (the decode wrapper in ``use_cuda_graph`` mode re-plans into fixed buffers).
+CUDA-graph capturable (the decode wrapper in ``use_cuda_graph`` mode re-plans into fixed buffers). With
+DCP, a prefill runs the DCP prefill path (``FlashInferDcpPrefillRunner``: paged context shares plus ragged new
+tokens, as vLLM's DCP prefill wrapper does).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 
 from hwtune.core.types import AttentionWorkload
 from hwtune.probes.attention.candidates.base import LN2, Candidate, Runner, Unsupported
+from hwtune.probes.attention.dcp import DcpPrefillInputs, DcpPrefillRunner
 from hwtune.probes.attention.problem import AttentionProblem
 
 WORKSPACE_BYTES = 256 << 20
@@ -177,6 +180,72 @@ class FlashInferRunner(Runner):
             self.wrapper.run(p.q, p.kv_cache, out=self.out, lse=self.lse, return_lse=True, **scales)
 
 
+class FlashInferDcpPrefillRunner(DcpPrefillRunner):
+    """The DCP prefill path with FlashInfer (dcp.py): one ``BatchPrefillWithPagedKVCacheWrapper`` per virtual rank
+    (no causal mask, the cache's layout) and a ``BatchPrefillWithRaggedKVCacheWrapper`` (causal) for the new
+    tokens, built NHD because their tensors are NHD. ``new_token_layout=None`` builds it with the cache's layout
+    instead: the engine bug, kept so that a test can show the gate catches it."""
+
+    def __init__(self, workload: AttentionWorkload, tactic: str, new_token_layout: str | None = "NHD") -> None:
+        super().__init__(workload.spec.dcp_size)
+        if tactic not in _PREFILL_BACKEND or tactic == "cudnn":
+            raise Unsupported(f"FlashInfer tactic {tactic} has no ragged prefill path for DCP in hwtune")
+        if workload.spec.kv_cache_dtype.startswith("fp8"):
+            raise Unsupported(
+                "hwtune's DCP prefill check keeps new tokens in the model dtype; an fp8 cache is not modelled"
+            )
+        self.fi = _import()
+        self.tactic = tactic
+        self.new_token_layout = new_token_layout
+        self.wrappers: list[Any] = []
+
+    def _workspace(self, i: int, dev: torch.device) -> torch.Tensor:
+        if not hasattr(self, "workspaces"):
+            self.workspaces: list[torch.Tensor] = []
+        while len(self.workspaces) <= i:  # one per wrapper: each keeps its plan in its workspace
+            self.workspaces.append(torch.zeros(WORKSPACE_BYTES // 2, dtype=torch.uint8, device=dev))
+        return self.workspaces[i]
+
+    def plan(self, inputs: DcpPrefillInputs) -> None:
+        spec = inputs.problem.spec
+        dev, backend = inputs.q.device, _PREFILL_BACKEND[self.tactic]
+        common = dict(
+            logits_soft_cap=spec.logits_soft_cap, q_data_type=inputs.q.dtype, sm_scale=inputs.problem.softmax_scale
+        )
+        heads = (spec.num_heads, spec.num_kv_heads, spec.head_size)
+        self.wrappers = []
+        for k, share in enumerate(inputs.shares):
+            w = self.fi.BatchPrefillWithPagedKVCacheWrapper(self._workspace(k, dev), share.layout, backend=backend)
+            w.plan(
+                inputs.qo_indptr,
+                share.kv_indptr,
+                share.kv_indices,
+                share.kv_last_page_len,
+                *heads,
+                share.page_size,
+                causal=False,
+                kv_data_type=share.kv_cache.dtype,
+                **common,
+            )
+            self.wrappers.append(w)
+        layout = self.new_token_layout or inputs.problem.layout
+        self.ragged = self.fi.BatchPrefillWithRaggedKVCacheWrapper(
+            self._workspace(len(inputs.shares), dev), layout, backend=backend
+        )
+        self.ragged.plan(inputs.qo_indptr, inputs.qo_indptr, *heads, causal=True, kv_data_type=inputs.q.dtype, **common)
+
+    def context(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.inputs is not None
+        share = self.inputs.shares[k]
+        out, lse = self.wrappers[k].run(self.inputs.q, share.kv_cache, return_lse=True)
+        return out, lse * LN2
+
+    def new_tokens(self) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.inputs is not None
+        out, lse = self.ragged.run(self.inputs.q, self.inputs.k_new, self.inputs.v_new, return_lse=True)
+        return out, lse * LN2
+
+
 class FlashInferCandidate(Candidate):
     """FLASHINFER: needs a CUDA device, a CUDA build of torch, and a flashinfer that imports (its import asserts on
     some setups, reported as the reason)."""
@@ -198,3 +267,6 @@ class FlashInferCandidate(Candidate):
 
     def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
         return FlashInferRunner(workload, tactic)
+
+    def dcp_prefill_runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
+        return FlashInferDcpPrefillRunner(workload, tactic)
