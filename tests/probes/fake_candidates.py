@@ -80,6 +80,7 @@ class _ReferenceLseRunner(Runner):
     """Attention by the float32 reference itself, returning the LSE: exercises the DCP merge check."""
 
     returns_lse = True
+    supports_non_causal = True  # the reference honours problem.causal
     lse_offset = 0.0
 
     def prepare(self, problem) -> None:  # noqa: ANN001
@@ -237,3 +238,16 @@ class FlashInferCacheLayoutDcpPrefill(Candidate):
         from hwtune.probes.attention.candidates.flashinfer import FlashInferDcpPrefillRunner
 
         return FlashInferDcpPrefillRunner(workload, tactic, new_token_layout=None)
+
+
+class _CausalOnlyLseRunner(_ReferenceLseRunner):
+    """Claims to honour ``causal=False`` but masks causally anyway: the first DCP share of a spec-decode batch
+    then misses keys, and the merged answer is wrong."""
+
+    def prepare(self, problem) -> None:  # noqa: ANN001
+        super().prepare(dataclasses.replace(problem, causal=True))
+
+
+class CausalOnlyLse(_Base):
+    def runner(self, workload, tactic, device):  # noqa: ANN001, ANN201
+        return _CausalOnlyLseRunner()

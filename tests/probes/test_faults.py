@@ -202,3 +202,24 @@ def test_flashinfer_dcp_prefill_right_and_wrongly_built(layout: str) -> None:
             assert bad.status == "ok", bad.message  # the cache's layout is NHD too: nothing to get wrong
         else:
             assert bad.status in ("wrong_answer", "crashed", "error") and bad.stats is None, bad.message
+
+
+DCP_SPEC = AttentionWorkload(
+    AttentionSpec(4, 2, 32, dtype="float32", dcp_size=2, spec_tokens=2), "decode", batch=3, context_len=70, query_len=3
+)
+
+
+def test_dcp_check_runs_for_speculative_decode_queries(pool: WorkerPool) -> None:
+    rec = measure(pool, "ReferenceLse", workload=DCP_SPEC)
+    assert rec.status == "ok", rec.message
+    assert rec.error["dcp.rel_l2"] < 1e-5  # the split-and-merge check ran on 3-token queries
+
+
+def test_dcp_share_masked_causally_is_caught_with_speculative_decode(pool: WorkerPool) -> None:
+    rec = measure(pool, "CausalOnlyLse", workload=DCP_SPEC)
+    assert rec.status == "wrong_answer" and "DCP split-and-merge" in rec.message, rec.message
+
+
+def test_a_runner_without_non_causal_shares_is_unsupported_for_dcp_with_spec_decode(pool: WorkerPool) -> None:
+    rec = measure(pool, "Good", workload=DCP_SPEC)  # SDPA's runner: no LSE, no non-causal shares
+    assert rec.status == "unsupported" and "without a causal mask" in rec.message, rec.message

@@ -119,6 +119,7 @@ class DcpPrefillRunner(Runner):
         self.inputs: DcpPrefillInputs | None = None
 
     def prepare(self, problem: AttentionProblem) -> None:
+        """Split ``problem`` into the path's inputs (``dcp_prefill_inputs``) and plan the kernels; not timed."""
         self._alloc(problem, lse=True)
         self.inputs = dcp_prefill_inputs(problem, self.dcp_size)
         self.plan(self.inputs)
@@ -136,6 +137,7 @@ class DcpPrefillRunner(Runner):
         """The new tokens' causal attention over their own K and V: (out, natural-log LSE)."""
 
     def run(self) -> None:
+        """New tokens first, then each selected rank's share merged in by LSE, into ``out``/``lse``."""
         assert self.inputs is not None and self.out is not None and self.lse is not None
         ranks = range(len(self.inputs.shares)) if self.ranks is None else self.ranks
         out, lse = self.new_tokens()

@@ -315,24 +315,27 @@ def split_halves(problem: AttentionProblem) -> tuple[AttentionProblem, Attention
     """Decode Context Parallelism check: each request's KV split page-aligned into two halves.
 
     Returns two problems over the same cache and queries whose attention, merged by LSE, must equal
-    attention over the whole KV (single-token decode queries attend to every cached token).
+    attention over the whole KV. The cut lies within the cached prefix, so with several query tokens per
+    request (speculative decoding) every query sees all of the first half (``causal=False``) and the
+    second half ends with the new tokens, where the causal offset applies as in the whole problem.
     """
-    if problem.max_query_len != 1:
-        raise ValueError("the DCP split check needs single-token decode queries")
     page = problem.page_size
     halves: list[tuple[list[int], list[torch.Tensor]]] = [([], []), ([], [])]
-    for r, n in enumerate(problem.seq_lens_list):
+    for r, (m, n) in enumerate(zip(problem.query_lens, problem.seq_lens_list)):
         pages = math.ceil(n / page)
-        cut_pages = max(1, pages // 2) if pages > 1 else 0
-        cut = min(n, cut_pages * page)
+        cut_pages = min(pages // 2, (n - m) // page)
+        if cut_pages < 1:
+            raise ValueError("the DCP split check needs at least one full cached page before the new tokens")
+        cut = cut_pages * page
         row = problem.block_table[r]
-        if cut == 0 or cut == n:  # one page: the first half gets nothing to attend to, so split tokens 0/n
-            raise ValueError("the DCP split check needs at least two pages per request")
         halves[0][0].append(cut)
         halves[0][1].append(row[:cut_pages])
         halves[1][0].append(n - cut)
         halves[1][1].append(row[cut_pages:pages])
-    return _with_pages(problem, *halves[0]), _with_pages(problem, *halves[1])
+    first = _with_pages(problem, *halves[0])
+    if problem.max_query_len > 1:
+        first = replace(first, causal=False)
+    return first, _with_pages(problem, *halves[1])
 
 
 def _with_pages(p: AttentionProblem, lens: list[int], rows: list[torch.Tensor]) -> AttentionProblem:

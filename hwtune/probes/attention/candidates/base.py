@@ -31,6 +31,8 @@ class Runner(ABC):
 
     supports_graphs: bool = False
     returns_lse: bool = False
+    #: Honours ``problem.causal = False`` (a DCP share that every query sees whole) with several query tokens.
+    supports_non_causal: bool = False
 
     def __init__(self) -> None:
         self.out: torch.Tensor | None = None

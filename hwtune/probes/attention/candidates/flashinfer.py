@@ -60,6 +60,7 @@ class FlashInferRunner(Runner):
                 f"{spec.query_len_decode} query tokens per request"
             )
         self.supports_graphs = self.mode in ("decode", "xqa")
+        self.supports_non_causal = self.mode == "prefill"  # the prefill wrapper plans with causal=problem.causal
         self.returns_lse = self.mode in ("decode", "prefill")
         self.wrapper: Any = None
         self.problem: AttentionProblem | None = None
@@ -150,7 +151,7 @@ class FlashInferRunner(Runner):
             spec.num_kv_heads,
             spec.head_size,
             p.page_size,
-            causal=True,
+            causal=p.causal,
             **common,
             **extra,
         )
@@ -207,6 +208,8 @@ class FlashInferDcpPrefillRunner(DcpPrefillRunner):
         return self.workspaces[i]
 
     def plan(self, inputs: DcpPrefillInputs) -> None:
+        """One paged wrapper per virtual rank's share (no causal mask) and the ragged wrapper for the new tokens,
+        each with its own workspace, planned for ``inputs``."""
         spec = inputs.problem.spec
         dev, backend = inputs.q.device, _PREFILL_BACKEND[self.tactic]
         common = dict(
@@ -235,12 +238,14 @@ class FlashInferDcpPrefillRunner(DcpPrefillRunner):
         self.ragged.plan(inputs.qo_indptr, inputs.qo_indptr, *heads, causal=True, kv_data_type=inputs.q.dtype, **common)
 
     def context(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rank ``k``'s paged attention over its share; FlashInfer's base-2 LSE converted to natural log."""
         assert self.inputs is not None
         share = self.inputs.shares[k]
         out, lse = self.wrappers[k].run(self.inputs.q, share.kv_cache, return_lse=True)
         return out, lse * LN2
 
     def new_tokens(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ragged causal attention of the new tokens over their own NHD K/V; LSE in natural log."""
         assert self.inputs is not None
         out, lse = self.ragged.run(self.inputs.q, self.inputs.k_new, self.inputs.v_new, return_lse=True)
         return out, lse * LN2
@@ -269,4 +274,5 @@ class FlashInferCandidate(Candidate):
         return FlashInferRunner(workload, tactic)
 
     def dcp_prefill_runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
+        """FlashInfer's DCP prefill path, its new-token wrapper built NHD (``FlashInferDcpPrefillRunner``)."""
         return FlashInferDcpPrefillRunner(workload, tactic)
