@@ -112,6 +112,7 @@ def attention(
     kv_layout: str = S.KvLayoutOpt,
     dcp: int = S.DcpOpt,
     pcp: int = S.PcpOpt,
+    cp_interleave: int = S.CpInterleaveOpt,
     spec_tokens: int = S.SpecTokensOpt,
     sinks: bool = S.SinksOpt,
     sliding_window: Optional[int] = S.SlidingOpt,
@@ -145,6 +146,7 @@ def attention(
         sliding_window,
         soft_cap,
         mla,
+        cp_interleave,
     )
     if query_len is None:
         query_len = {"decode": spec.query_len_decode, "prefill": context, "mixed": min(512, context)}.get(phase, 1)

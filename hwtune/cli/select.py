@@ -95,6 +95,7 @@ def attention(
     kv_layout: str = S.KvLayoutOpt,
     dcp: int = S.DcpOpt,
     pcp: int = S.PcpOpt,
+    cp_interleave: int = S.CpInterleaveOpt,
     spec_tokens: int = S.SpecTokensOpt,
     sinks: bool = S.SinksOpt,
     sliding_window: Optional[int] = S.SlidingOpt,
@@ -130,6 +131,7 @@ def attention(
         sliding_window,
         soft_cap,
         mla,
+        cp_interleave,
     )
     _print(
         select_attention(
@@ -157,7 +159,12 @@ def all2all(
     num_experts: Optional[int] = typer.Option(None, "--num-experts"),
     topk: Optional[int] = typer.Option(None, "--topk"),
     hidden_size: Optional[int] = typer.Option(None, "--hidden-size"),
-    quant_dtype: str = typer.Option("bf16", "--quant-dtype", help="bf16, fp8, nvfp4 or mxfp8 activations."),
+    quant_dtype: Optional[str] = typer.Option(
+        None,
+        "--quant-dtype",
+        help="Activations dispatched to the experts: bf16, fp8, nvfp4, mxfp8, ... (default: what --model's "
+        "quantization config dispatches, else bf16).",
+    ),
     num_nodes: int = typer.Option(1, "--num-nodes", help="Nodes the EP group spans."),
     device: str = DeviceOpt,
     assume_installed: bool = AssumeInstalledOpt,
@@ -186,7 +193,7 @@ def all2all(
             num_experts=num_experts if num_experts is not None else 256,
             topk=topk if topk is not None else 8,
             hidden_size=hidden_size if hidden_size is not None else 7168,
-            quant_dtype=quant_dtype,
+            quant_dtype=quant_dtype or "bf16",
             num_nodes=num_nodes,
         )
     _print(

@@ -24,6 +24,11 @@ BlockSizeOpt = typer.Option(16, "--block-size", help="Tokens per KV-cache page."
 KvLayoutOpt = typer.Option("auto", "--kv-layout", help="auto, NHD or HND.")
 DcpOpt = typer.Option(1, "--dcp", help="Decode context parallel size.")
 PcpOpt = typer.Option(1, "--pcp", help="Prefill context parallel size.")
+CpInterleaveOpt = typer.Option(
+    1,
+    "--cp-interleave",
+    help="Tokens per chunk of KV dealt to context-parallel ranks (vLLM cp_kv_cache_interleave_size).",
+)
 SpecTokensOpt = typer.Option(0, "--spec-tokens", help="Speculative tokens per decode step.")
 SinksOpt = typer.Option(False, "--sinks", help="The model uses attention sinks.")
 SlidingOpt = typer.Option(None, "--sliding-window")
@@ -48,6 +53,7 @@ def build_attention_spec(
     sliding_window: Optional[int],
     soft_cap: Optional[float],
     mla: bool,
+    cp_interleave: int = 1,
 ) -> AttentionSpec:
     """The per-rank spec from --model (and --tp) or from explicit head counts; overrides win."""
     overrides: dict[str, Any] = dict(
@@ -57,6 +63,7 @@ def build_attention_spec(
         kv_layout=kv_layout,
         dcp_size=dcp,
         pcp_size=pcp,
+        cp_interleave=cp_interleave,
         spec_tokens=spec_tokens,
         sinks=sinks or None,
         sliding_window=sliding_window,

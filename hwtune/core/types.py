@@ -133,9 +133,11 @@ class AttentionSpec:
     dcp_size: int = 1
     pcp_size: int = 1
     spec_tokens: int = 0
+    #: Tokens per chunk when the KV is dealt across context-parallel ranks (vLLM's cp_kv_cache_interleave_size).
+    cp_interleave: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("num_heads", "num_kv_heads", "head_size", "block_size", "dcp_size", "pcp_size"):
+        for name in ("num_heads", "num_kv_heads", "head_size", "block_size", "dcp_size", "pcp_size", "cp_interleave"):
             _positive(name, getattr(self, name))
         if self.num_heads % self.num_kv_heads:
             raise InvalidSpecError(
@@ -191,7 +193,18 @@ class AttentionSpec:
         return cls(**dict(data))
 
     def key(self) -> str:
-        return _stable_hash({"kind": "attention", **self.to_dict()})
+        """The spec's identity in the store; fields added later count only when not at their default, so that
+        earlier measurements keep their keys."""
+        return _stable_hash({"kind": "attention", **_keyed(self.to_dict())})
+
+
+#: AttentionSpec fields added after measurements were first stored, with the default that leaves a key unchanged.
+_LATER_FIELDS = {"cp_interleave": 1}
+
+
+def _keyed(spec: dict[str, Any]) -> dict[str, Any]:
+    """A spec's dict as keys hash it: later fields at their defaults left out."""
+    return {k: v for k, v in spec.items() if not (k in _LATER_FIELDS and v == _LATER_FIELDS[k])}
 
 
 @dataclass(frozen=True)
@@ -246,7 +259,8 @@ class AttentionWorkload:
         return cls(**d)
 
     def key(self) -> str:
-        return _stable_hash({"kind": "attention", **self.to_dict()})
+        d = self.to_dict()
+        return _stable_hash({"kind": "attention", **d, "spec": _keyed(d["spec"])})
 
     @property
     def kind(self) -> str:

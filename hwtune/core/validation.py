@@ -6,6 +6,8 @@ on; ``Rejection.code`` says which requirement failed so that errors can add the 
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hwtune.core.catalogue import FEATURE_WORDS, All2AllRules, AttentionRules, Backend, Feature, Tactic
@@ -52,6 +54,10 @@ def demanded_features(spec: AttentionSpec) -> dict[str, set[Feature]]:
         decode.add(Feature.SPEC_DECODE)
     if spec.pcp_size > 1:
         prefill.add(Feature.PCP)
+    if spec.pcp_size > 1 and spec.dcp_size > 1:
+        prefill.add(Feature.PCP_WITH_DCP)
+    if spec.spec_tokens > 0 and spec.cp_interleave > 1 and spec.dcp_size * spec.pcp_size > 1:
+        decode.add(Feature.CP_INTERLEAVED_SPEC)
     return {"decode": decode, "prefill": prefill}
 
 
@@ -65,7 +71,18 @@ def feature_sentence(feature: Feature, spec: AttentionSpec, who: str) -> str:
     if feature is Feature.PCP:
         return (
             f"Prefill Context Parallelism (PCP, --pcp {spec.pcp_size}) needs an attention backend that supports "
-            f"it; {who} does not."
+            f"it; {who} does not (vLLM's MLA backends do; for other models drop --pcp or use --dcp)."
+        )
+    if feature is Feature.PCP_WITH_DCP:
+        return (
+            f"Prefill and decode context parallelism together (--pcp {spec.pcp_size} --dcp {spec.dcp_size}) need a "
+            f"backend that supports both at once; {who} does not (use one of the two)."
+        )
+    if feature is Feature.CP_INTERLEAVED_SPEC:
+        return (
+            f"Speculative decoding ({spec.spec_tokens} tokens) with the KV interleaved over context-parallel ranks in "
+            f"chunks of {spec.cp_interleave} tokens (--cp-interleave) needs a backend that supports it; {who} does "
+            "not (use --cp-interleave 1)."
         )
     if feature is Feature.SPEC_DECODE:
         return (
@@ -329,6 +346,34 @@ def check(backend: Backend, spec: Spec, device: DeviceProfile, *, assume_install
         )
         out.append(Rejection(f"tactics:{phase}", f"No {who} tactic can run {phase} for this spec ({why})"))
     return out
+
+
+#: Rejection codes that a stored, passing correctness measurement of the exact spec, taken in the same environment,
+#: may lift (docs/selection.md, "A rule lifted by measurement"): an all2all activation-dtype rule, such as the one-sided
+#: NVLink kernel's "nvfp4 only". Every other rule stays closed whatever was measured.
+LIFTABLE_BY_MEASUREMENT: frozenset[str] = frozenset({"quant_dtype"})
+
+
+def only_liftable(rejections: Sequence[Rejection]) -> bool:
+    """Whether there are rejections and every one is a rule a passing measurement may lift (its activation dtype)."""
+    return bool(rejections) and all(r.code in LIFTABLE_BY_MEASUREMENT for r in rejections)
+
+
+def with_dtype_lifted(backend: Backend, spec: All2AllSpec) -> Backend:
+    """``backend``'s record as it stands once a passing measurement lifted its activation-dtype rule for ``spec``: the
+    spec's dtype joins the allowlist (its source says so); every other rule, the tactics' included, still applies."""
+    rules = backend.rules
+    assert isinstance(rules, All2AllRules) and rules.quant_dtypes is not None
+    sources = dict(backend.sources)
+    sources["quant_dtypes"] = (
+        f"{sources.get('quant_dtypes', '')}; {spec.quant_dtype} lifted by a passing correctness measurement of this "
+        "exact spec in this environment"
+    )
+    return dataclasses.replace(
+        backend,
+        rules=dataclasses.replace(rules, quant_dtypes=rules.quant_dtypes | {spec.quant_dtype}),
+        sources=sources,
+    )
 
 
 def validate(backend: Backend, spec: Spec, device: DeviceProfile, *, assume_installed: bool = False) -> list[str]:

@@ -314,7 +314,8 @@ FLASH_ATTN = Backend(
         "kv_layouts": f"{VLLM}/flash_attn.py get_kv_cache_stride_order NHD/HND",
         "gqa_groups": "flash_attn_varlen_func: any num_heads divisible by num_heads_k",
         "features": f"{VLLM}/flash_attn.py can_return_lse_for_decode=True, sliding window, softcap, varlen "
-        "queries, cudagraph ALWAYS (FA3) / UNIFORM_BATCH (FA2); PCP support varies by version: not declared",
+        "queries, cudagraph ALWAYS (FA3) / UNIFORM_BATCH (FA2); no PCP (vllm 0.33.0 v1/attention/backend.py: "
+        "AttentionImpl.supports_pcp = False, FlashAttentionImpl does not set it)",
         "packages": "flash-attn (Dao-AILab) or vllm's bundled vllm_flash_attn",
         "tactics": f"{VLLM}/fa_utils.py get_flash_attn_version (2, 3, 4)",
     },

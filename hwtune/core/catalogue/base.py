@@ -27,6 +27,8 @@ class Feature(str, Enum):
     # attention
     DECODE_LSE = "decode_lse"  # returns the softmax log-sum-exp in decode: needed for DCP
     PCP = "pcp"  # prefill context parallelism
+    PCP_WITH_DCP = "pcp_with_dcp"  # prefill and decode context parallelism at once
+    CP_INTERLEAVED_SPEC = "cp_interleaved_spec"  # spec decode with KV dealt to CP ranks in chunks > 1 token
     SINKS = "sinks"  # attention sinks (gpt-oss)
     SLIDING_WINDOW = "sliding_window"
     SOFT_CAP = "logits_soft_cap"
@@ -42,6 +44,9 @@ class Feature(str, Enum):
 FEATURE_WORDS: Mapping[Feature, str] = {
     Feature.DECODE_LSE: "returns the softmax log-sum-exp (LSE) during decode",
     Feature.PCP: "supports prefill context parallelism (PCP)",
+    Feature.PCP_WITH_DCP: "supports prefill and decode context parallelism together (PCP with DCP)",
+    Feature.CP_INTERLEAVED_SPEC: "supports speculative decoding with the KV interleaved over context-parallel ranks "
+    "in chunks of more than one token",
     Feature.SINKS: "supports attention sinks",
     Feature.SLIDING_WINDOW: "supports sliding-window attention",
     Feature.SOFT_CAP: "supports logits soft-capping",

@@ -32,6 +32,10 @@ CUDA = fs("cuda")
 FP16_BF16 = fs("float16", "bfloat16")
 VLLM_PKG = PackageRequirement("vllm", "", "kernel ships in vLLM's compiled ops")
 LATENT = ints(576)
+_PCP = (
+    "; PCP: vllm 0.33.0 v1/attention/backend.py MLAAttentionImpl.supports_pcp = True (every MLA impl), but not "
+    "with DCP at once (model_executor/layers/attention/mla_attention.py supports_pcp_dcp = False)"
+)
 _COMMON_SOURCES = {
     "device_types": f"{MLA} (CUDA platform)",
     "dtypes": f"{MLA} supported_dtypes [fp16, bf16]",
@@ -76,7 +80,7 @@ FLASHINFER_MLA = _mla(
         block_sizes=ints(32, 64),
         kv_layouts=fs("NHD"),
         gqa_groups=multiple_of(1),
-        features=fs(F.MLA, F.SPEC_DECODE, F.CUDA_GRAPHS),
+        features=fs(F.MLA, F.SPEC_DECODE, F.CUDA_GRAPHS, F.PCP),
     ),
     (FLASHINFER_PKG, VLLM_PKG),
     {
@@ -84,7 +88,8 @@ FLASHINFER_MLA = _mla(
         "kv_cache_dtypes": f"{MLA}/flashinfer_mla.py supported_kv_cache_dtypes",
         "block_sizes": f"{MLA}/flashinfer_mla.py get_supported_kernel_block_sizes -> [32, 64]",
         "features": f"{MLA}/flashinfer_mla.py: UNIFORM query lengths, UNIFORM_BATCH graphs. LSE for DCP "
-        "differs between vLLM versions (older cuda.py: 'FlashInferMLA doesn't return LSE for DCP'): not declared",
+        "differs between vLLM versions (older cuda.py: 'FlashInferMLA doesn't return LSE for DCP'): not declared"
+        + _PCP,
         "packages": "flashinfer-python + vllm",
     },
     order=dict(blackwell=0, others=1),
@@ -103,7 +108,7 @@ CUTLASS_MLA = _mla(
         block_sizes=ints(128),
         kv_layouts=fs("NHD"),
         gqa_groups=multiple_of(1, 1, 128),
-        features=fs(F.MLA, F.DECODE_LSE, F.CUDA_GRAPHS),
+        features=fs(F.MLA, F.DECODE_LSE, F.CUDA_GRAPHS, F.PCP),
     ),
     (VLLM_PKG,),
     {
@@ -111,7 +116,7 @@ CUTLASS_MLA = _mla(
         "kv_cache_dtypes": f"{MLA}/cutlass_mla.py supported_kv_cache_dtypes",
         "block_sizes": f"{MLA}/cutlass_mla.py get_supported_kernel_block_sizes -> [128]",
         "gqa_groups": f"{MLA}/cutlass_mla.py: heads padded to MAX_HEADS = 128, asserts H <= 128",
-        "features": f"{MLA}/cutlass_mla.py can_return_lse_for_decode=True; UNIFORM_SINGLE_TOKEN_DECODE graphs",
+        "features": f"{MLA}/cutlass_mla.py can_return_lse_for_decode=True; UNIFORM_SINGLE_TOKEN_DECODE graphs" + _PCP,
         "packages": "vllm _C ops.sm100_cutlass_mla_decode",
     },
     order=dict(blackwell=1, others=3),
@@ -130,7 +135,7 @@ FLASHMLA = _mla(
         block_sizes=ints(64),
         kv_layouts=fs("NHD"),
         gqa_groups=multiple_of(1),
-        features=fs(F.MLA, F.DECODE_LSE, F.SPEC_DECODE, F.CUDA_GRAPHS),
+        features=fs(F.MLA, F.DECODE_LSE, F.SPEC_DECODE, F.CUDA_GRAPHS, F.PCP),
     ),
     (PackageRequirement("vllm", "", "FlashMLA ships in vLLM", alternatives=("flash-mla", "flash_mla")),),
     {
@@ -138,7 +143,7 @@ FLASHMLA = _mla(
         "kv_cache_dtypes": "vllm docs/design/attention_backends.md MLA table (FLASHMLA)",
         "block_sizes": f"{MLA}/flashmla.py get_supported_kernel_block_sizes -> [64]",
         "features": f"{MLA}/flashmla.py can_return_lse_for_decode=True, query_len_support UNIFORM, "
-        "UNIFORM_BATCH graphs",
+        "UNIFORM_BATCH graphs" + _PCP,
         "packages": "vllm.v1.attention.ops.flashmla",
     },
     order=dict(blackwell=2, others=0),
@@ -157,7 +162,7 @@ TRITON_MLA = _mla(
         block_sizes=multiple_of(16, 16),
         kv_layouts=fs("NHD"),
         gqa_groups=multiple_of(1),
-        features=fs(F.MLA, F.DECODE_LSE),
+        features=fs(F.MLA, F.DECODE_LSE, F.PCP),
     ),
     (VLLM_PKG, PackageRequirement("triton", ">=3.0", "Triton kernels")),
     {
@@ -165,7 +170,7 @@ TRITON_MLA = _mla(
         "kv_cache_dtypes": "vllm docs/design/attention_backends.md MLA table (TRITON_MLA)",
         "block_sizes": "vllm docs/design/attention_backends.md MLA table: %16",
         "features": f"{MLA}/triton_mla.py can_return_lse_for_decode=True; SINGLE_ONLY query length; "
-        "no cudagraph support declared",
+        "no cudagraph support declared" + _PCP,
         "packages": "vllm + triton",
     },
     order=dict(blackwell=3, others=2),
