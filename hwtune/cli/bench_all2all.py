@@ -30,17 +30,21 @@ def _device(value: str) -> Literal["cuda", "cpu"]:
     return cast(Literal["cuda", "cpu"], value)
 
 
-def _backends(values: list[str]) -> list[str]:
+def _backends(values: list[str]) -> tuple[list[str], list[str]]:
+    """The backends to measure, and those named one by one (not through 'all'): a named backend whose only
+    catalogue rejection is its activation-dtype rule is measured, and its correctness gate decides."""
     from hwtune.core import catalogue
 
     out: list[str] = []
+    named: list[str] = []
     for v in values:
         for name in (p.strip() for p in v.split(",")):
             if name.lower() == "all":
                 out += catalogue.names("all2all")
             elif name:
-                out.append(catalogue.get("all2all", name).name)  # unknown names: exit 2 with the known ones
-    return list(dict.fromkeys(out))
+                named.append(catalogue.get("all2all", name).name)  # unknown names: exit 2 with the known ones
+                out.append(named[-1])
+    return list(dict.fromkeys(out)), named
 
 
 def _table(records: list[MeasurementRecord]) -> None:
@@ -70,10 +74,29 @@ def _table(records: list[MeasurementRecord]) -> None:
         console.print(f"{backend} ({status}): {note}", markup=False, highlight=False)
 
 
+def _say_how_to_store(records: list[MeasurementRecord], spec: All2AllSpec) -> None:
+    """For a named backend measured despite its activation-dtype rule: bench stores nothing, so say how a stored
+    measurement (the only kind selection lifts the rule by) is taken."""
+    tested = sorted({r.backend for r in records if r.extra.get("dtype_rule_tested")})
+    for name in tested:
+        console.print(
+            f"{name}: measured in {spec.quant_dtype} although the catalogue rejects that activation dtype, because "
+            "you named it; its correctness gate decided. bench stores nothing: to let selection lift the rule for "
+            f"this spec here, store a passing run with `hwtune tune --model config.json --ep {spec.ep_size} "
+            f"--kinds all2all --backends {name} --quant-dtype {spec.quant_dtype}`.",
+            markup=False,
+            highlight=False,
+        )
+
+
 @guarded
 def all2all(
     backend: list[str] = typer.Option(
-        ..., "--backend", "-b", help="Backend to measure (repeat, comma-separate, or 'all')."
+        ...,
+        "--backend",
+        "-b",
+        help="Backend to measure (repeat, comma-separate, or 'all'). One named here whose only catalogue "
+        "rejection is its activation-dtype rule is measured anyway: its correctness gate decides.",
     ),
     world_size: int = typer.Option(..., "--world-size", "-n", help="Ranks = EP size (one GPU per rank on CUDA)."),
     tokens_per_rank: list[int] = typer.Option(
@@ -113,7 +136,7 @@ def all2all(
     from hwtune.probes.all2all.measure import measure_all2all_sweep, measure_peak_bandwidth
 
     dev = _device(device)
-    names = _backends(backend)
+    names, named = _backends(backend)
     experts = num_experts if num_experts is not None else (64 if 64 % world_size == 0 else 8 * world_size)
     spec = All2AllSpec(
         ep_size=world_size, num_experts=experts, topk=topk, hidden_size=hidden_size, quant_dtype=quant_dtype
@@ -138,6 +161,7 @@ def all2all(
         peak_gbps=peak,
         explore=explore,
         use_cuda_graphs=not no_cuda_graphs,
+        named=named,
     )
     if json_out:
         emit_json([r.to_dict() for r in records])
@@ -145,6 +169,7 @@ def all2all(
         _table(records)
         if peak:
             console.print(f"measured all-to-all peak: {peak:.1f} GB/s per rank", markup=False)
+        _say_how_to_store(records, spec)
     statuses = {r.status for r in records}
     if statuses - {"ok", "unsupported"}:
         raise typer.Exit(1)

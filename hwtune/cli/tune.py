@@ -58,7 +58,15 @@ def tune(
     block_size: Optional[int] = typer.Option(None, "--block-size"),
     kv_layout: Optional[str] = typer.Option(None, "--kv-layout"),
     dcp: Optional[int] = typer.Option(None, "--dcp"),
+    pcp: Optional[int] = typer.Option(None, "--pcp"),
+    cp_interleave: Optional[int] = typer.Option(None, "--cp-interleave"),
     spec_tokens: Optional[int] = typer.Option(None, "--spec-tokens"),
+    quant_dtype: Optional[list[str]] = typer.Option(
+        None,
+        "--quant-dtype",
+        help="Activation dtypes the engine dispatches to the experts (all2all plans), e.g. nvfp4, or bf16,fp8; "
+        "repeat or comma-separate. Default: what the model's quantization config dispatches, else bf16.",
+    ),
     quick: bool = typer.Option(False, "--quick", help="A small plan (about 2 minutes on an H100, JIT included)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and its estimated time; measure nothing."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run of the same plan."),
@@ -78,7 +86,7 @@ def tune(
     json_out: bool = JsonOpt,
 ) -> None:
     """Tune this node: every valid backend and tactic on every planned workload, results stored as measured."""
-    from hwtune.tuner.options import TuneOptions, parse_backends, parse_kinds, resolve_profile
+    from hwtune.tuner.options import TuneOptions, parse_backends, parse_kinds, parse_quant_dtypes, resolve_profile
     from hwtune.tuner.plan import build_plan
 
     opts = TuneOptions(
@@ -94,9 +102,16 @@ def tune(
     )
     opts.check()
     kind_list = parse_kinds(kinds)
+    quant_dtypes = parse_quant_dtypes(quant_dtype)
     profile = resolve_profile(device)
     overrides = dict(
-        kv_cache_dtype=kv_cache_dtype, block_size=block_size, kv_layout=kv_layout, dcp_size=dcp, spec_tokens=spec_tokens
+        kv_cache_dtype=kv_cache_dtype,
+        block_size=block_size,
+        kv_layout=kv_layout,
+        dcp_size=dcp,
+        pcp_size=pcp,
+        cp_interleave=cp_interleave,
+        spec_tokens=spec_tokens,
     )
     plan = build_plan(
         model,
@@ -109,6 +124,7 @@ def tune(
         quick=quick,
         device=profile,
         attention_overrides=overrides,
+        quant_dtypes=quant_dtypes,
     )
     if dry_run:
         _print_dry_run(plan, profile, opts, json_out)

@@ -4,6 +4,10 @@ Handles what real configs do: a nested ``text_config`` (multimodal models), the 
 KV-head count, ``head_dim`` missing or null, MLA fields (DeepSeek), MoE fields (Mixtral, Qwen, DeepSeek),
 sliding windows that are switched off, logits soft-capping and attention sinks. ``--tp N`` divides heads
 the way vLLM does (``ModelConfig.get_num_kv_heads``: KV heads are replicated when there are fewer than N).
+
+A checkpoint's ``quantization_config`` (or, as vLLM reads ModelOpt exports, an ``hf_quant_config.json`` beside
+``config.json``) says which activation dtype the engine dispatches to the experts: ``dispatch_dtype`` is what
+all2all specs and plans use (docs/tuning.md, "Activation dtypes of all2all plans").
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from hwtune.core.errors import InvalidSpecError
-from hwtune.core.types import All2AllSpec, AttentionSpec
+from hwtune.core.types import All2AllSpec, AttentionSpec, normalize_quant_dtype
 
 _HEADS = ("num_attention_heads", "n_head", "n_heads", "num_heads")
 _KV_HEADS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "n_kv_heads", "multi_query_group_num")
@@ -47,6 +51,11 @@ class ModelInfo:
     sinks: bool = False
     num_experts: int | None = None
     topk: int | None = None
+    #: The checkpoint's quantization as its config names it ("fp8", "modelopt NVFP4", ...); None: not quantized.
+    quant_method: str | None = None
+    #: The activation dtype that quantization dispatches to the experts (the model's own dtype for weight-only
+    #: methods); None when not quantized, or when hwtune does not know the method.
+    activation_dtype: str | None = None
 
     @property
     def is_moe(self) -> bool:
@@ -97,6 +106,114 @@ def _dtype(cfg: Mapping[str, Any]) -> str:
     return "bfloat16" if raw in ("float32", "float") else raw
 
 
+#: What a weight-only quantization dispatches: the activations stay in the model's own dtype.
+WEIGHT_ONLY = "weight-only"
+#: ModelOpt ``quant_algo`` -> the activation dtype the experts receive (vLLM model_executor/layers/quantization/
+#: modelopt.py: NVFP4 is W4A4 with nvfp4 activations; FP8 variants quantize activations to fp8; FP8_PB_WO and
+#: W4A16_* quantize weights only; W4A8_* take fp8 activations; MXFP8 takes mxfp8 activations).
+_MODELOPT_ALGOS: Mapping[str, str] = {
+    "NVFP4": "nvfp4",
+    "FP8": "fp8",
+    "FP8_PER_CHANNEL_PER_TOKEN": "fp8",
+    "MXFP8": "mxfp8",
+    "W4A8_AWQ": "fp8",
+    "W4A8_NVFP4_FP8": "fp8",
+    "FP8_PB_WO": WEIGHT_ONLY,
+    "W4A16_NVFP4": WEIGHT_ONLY,
+    "W4A16_AWQ": WEIGHT_ONLY,
+}
+#: ``quant_method`` values and what they dispatch: fp8 checkpoints (DeepSeek-V3's block fp8, FBGEMM's and PTPC's
+#: dynamic fp8) quantize activations to fp8; the integer weight formats and gpt-oss's mxfp4 (vLLM Mxfp4MoEMethod's
+#: default) quantize weights only.
+_METHODS: Mapping[str, str] = {
+    "fp8": "fp8",
+    "fbgemm_fp8": "fp8",
+    "ptpc_fp8": "fp8",
+    "modelopt_fp4": "nvfp4",
+    **{m: WEIGHT_ONLY for m in ("awq", "awq_marlin", "gptq", "gptq_marlin", "marlin", "bitsandbytes", "hqq", "gguf")},
+    "mxfp4": WEIGHT_ONLY,
+}
+
+
+def _modelopt(qc: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(label, activation dtype) of a ModelOpt config: ``quant_algo`` at the top (config.json) or under
+    ``quantization`` (hf_quant_config.json); MIXED_PRECISION takes its expert layers' algorithm when they agree."""
+    nested = qc.get("quantization") if isinstance(qc.get("quantization"), Mapping) else {}
+    algo = str(nested.get("quant_algo") or qc.get("quant_algo") or "").upper()
+    if algo == "MIXED_PRECISION":
+        layers = nested.get("quantized_layers") or qc.get("quantized_layers") or {}
+        experts = {
+            str(v.get("quant_algo", "")).upper()
+            for k, v in layers.items()
+            if "experts" in str(k) and isinstance(v, Mapping)
+        }
+        algo = experts.pop() if len(experts) == 1 else algo
+    if not algo and str(qc.get("quant_method")).lower() == "modelopt_fp4":
+        algo = "NVFP4"
+    return f"modelopt {algo or '(no quant_algo)'}", _MODELOPT_ALGOS.get(algo)
+
+
+def _compressed_tensors(qc: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(label, activation dtype) of a compressed-tensors config: the ``input_activations`` of the config groups that
+    target the experts (all groups when none names them; none: weight-only; 8-bit float: fp8; 4-bit float in groups
+    of 16: nvfp4), when those groups agree."""
+    groups = [g for g in (qc.get("config_groups") or {}).values() if isinstance(g, Mapping)]
+    moe = [
+        g for g in groups if any("expert" in str(t).lower() or "moe" in str(t).lower() for t in g.get("targets", ()))
+    ]
+    found: set[str | None] = set()
+    for group in moe or groups:
+        acts = group.get("input_activations")
+        if not acts:
+            found.add(WEIGHT_ONLY)
+        elif acts.get("type") == "float" and acts.get("num_bits") == 8:
+            found.add("fp8")
+        elif acts.get("type") == "float" and acts.get("num_bits") == 4 and acts.get("group_size") == 16:
+            found.add("nvfp4")
+        else:
+            found.add(None)
+    label = "compressed-tensors" + (f" {qc['format']}" if qc.get("format") else "")
+    return label, found.pop() if len(found) == 1 else None
+
+
+def _activation_quant(qc: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(how the config names its quantization, the activation dtype it dispatches: a quant dtype, WEIGHT_ONLY, or
+    None when hwtune does not know the method)."""
+    method = str(qc.get("quant_method") or "").lower()
+    if method.startswith("modelopt"):
+        return _modelopt(qc)
+    if method == "compressed-tensors":
+        return _compressed_tensors(qc)
+    return method or "(no quant_method)", _METHODS.get(method)
+
+
+def _quantization(cfg: Mapping[str, Any], text: Mapping[str, Any], dtype: str) -> tuple[str | None, str | None]:
+    """(quant_method label, activation dtype) for ModelInfo; weight-only methods dispatch the model's dtype."""
+    qc = cfg.get("quantization_config") or text.get("quantization_config")
+    if not isinstance(qc, Mapping):
+        return None, None
+    label, acts = _activation_quant(qc)
+    if acts == WEIGHT_ONLY:
+        return f"{label}, weights only", normalize_quant_dtype(dtype) if dtype in ("bfloat16", "float16") else "bf16"
+    return label, acts
+
+
+def dispatch_dtype(model: ModelInfo) -> tuple[str, str]:
+    """The activation dtype an engine dispatches to ``model``'s experts, and a sentence saying where it comes from:
+    the quantization config's activations, else (not quantized, or a method hwtune does not know) the model's dtype."""
+    own = normalize_quant_dtype(model.dtype) if model.dtype in ("bfloat16", "float16") else "bf16"
+    if model.activation_dtype is not None:
+        return model.activation_dtype, (
+            f"the model's quantization ({model.quant_method}) dispatches {model.activation_dtype} activations"
+        )
+    if model.quant_method is None:
+        return own, f"the model is not quantized: activations are dispatched in its dtype ({own})"
+    return own, (
+        f"hwtune does not know which activation dtype the model's quantization ({model.quant_method}) dispatches: "
+        f"assumed the model's dtype ({own}); name the engine's with --quant-dtype"
+    )
+
+
 def parse_model_config(cfg: Mapping[str, Any]) -> ModelInfo:
     """Parse an already-loaded config dict; raises InvalidSpecError naming the missing field."""
     text = _text_config(cfg)
@@ -126,6 +243,7 @@ def parse_model_config(cfg: Mapping[str, Any]) -> ModelInfo:
     mla = text.get("kv_lora_rank") is not None
     experts = _first(text, _EXPERTS)
     topk = _first(text, _TOPK)
+    quant_method, activation_dtype = _quantization(cfg, text, _dtype(text))
     return ModelInfo(
         model_type=model_type,
         num_heads=heads,
@@ -145,6 +263,8 @@ def parse_model_config(cfg: Mapping[str, Any]) -> ModelInfo:
         sinks=model_type in _SINK_MODEL_TYPES,
         num_experts=int(experts) if experts else None,
         topk=int(topk) if topk and experts else None,
+        quant_method=quant_method,
+        activation_dtype=activation_dtype,
     )
 
 
@@ -161,6 +281,14 @@ def load_model_config(path: str | Path) -> ModelInfo:
         raise InvalidSpecError(f"{p} is not valid JSON: {exc}") from None
     if not isinstance(cfg, Mapping):
         raise InvalidSpecError(f"{p} does not hold a JSON object")
+    beside = p.parent / "hf_quant_config.json"  # ModelOpt exports: vLLM reads it when config.json names no quantization
+    if "quantization_config" not in cfg and beside.is_file():
+        try:
+            extra = json.loads(beside.read_text())
+        except json.JSONDecodeError as exc:
+            raise InvalidSpecError(f"{beside} is not valid JSON: {exc}") from None
+        if isinstance(extra, Mapping):
+            cfg = {**cfg, "quantization_config": {"quant_method": "modelopt", **extra}}
     return parse_model_config(cfg)
 
 
@@ -197,7 +325,8 @@ def attention_spec(model: ModelInfo, tp: int = 1, **overrides: Any) -> Attention
 
 
 def all2all_spec(model: ModelInfo, ep_size: int, **overrides: Any) -> All2AllSpec:
-    """The All2AllSpec for a MoE model at expert parallelism ``ep_size``."""
+    """The All2AllSpec for a MoE model at expert parallelism ``ep_size``, dispatching the activation dtype of its
+    quantization (``dispatch_dtype``) unless ``quant_dtype`` is given."""
     if not model.is_moe:
         raise InvalidSpecError(
             f"model type {model.model_type} has no MoE fields (num_local_experts, "
@@ -208,6 +337,7 @@ def all2all_spec(model: ModelInfo, ep_size: int, **overrides: Any) -> All2AllSpe
         "num_experts": model.num_experts,
         "topk": model.topk or 1,
         "hidden_size": model.hidden_size,
+        "quant_dtype": dispatch_dtype(model)[0],
     }
     fields.update({k: v for k, v in overrides.items() if v is not None})
     return All2AllSpec(**fields)

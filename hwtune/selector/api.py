@@ -20,10 +20,13 @@ from hwtune.core.devices import DeviceProfile, simulated
 from hwtune.core.errors import BackendNotValidError, NoValidBackendError
 from hwtune.core.types import All2AllSpec, AttentionSpec, Spec
 from hwtune.core.validation import Rejection, check, phases_of, valid_tactics
+from hwtune.selector.layouts import over_layouts
+from hwtune.selector.lifted import Tested, lift, tested_here
 from hwtune.selector.measured import dispatch_table
 from hwtune.selector.measured import rank as measured_rank
 from hwtune.selector.messages import ENV_VARS, no_valid_message, not_valid_message
 from hwtune.selector.mix import MixPoint, all2all_mix, load_mix, workload_mix
+from hwtune.selector.ranks import agree
 from hwtune.selector.selection import RankedBackend, Selection
 
 DeviceArg = str | DeviceProfile
@@ -59,17 +62,20 @@ def _requested(kind: str, backend: str | None) -> tuple[str | None, str]:
     return None, ""
 
 
-def _evidence(kind: str, spec: Spec, device: DeviceProfile, db: str | bool | None) -> tuple[Any, list[str]]:
-    """This environment's measurements of ``spec`` from the store (None when no store answers)."""
+def _evidence(
+    kind: str, spec: Spec, device: DeviceProfile, db: str | bool | None
+) -> tuple[Any, dict[str, Tested] | None, list[str]]:
+    """This environment's measurements of ``spec`` from the store, aggregated for ranking and as each backend's
+    passes and failures (both None when no store answers)."""
     if db is False:
-        return None, ["no measurement store consulted (db=False)"]
+        return None, None, ["no measurement store consulted (db=False)"]
     from hwtune.core.environment import current_environment
     from hwtune.db.sqlite_direct import read_for_selection  # stdlib sqlite3 for local stores; no SQLAlchemy
     from hwtune.selector.measured import gather
 
     rows, fingerprints, notes = read_for_selection(db if isinstance(db, str) else None, spec.key(), kind)
     if rows is None:
-        return None, notes
+        return None, None, notes
     env = current_environment(device)
     ev = gather(rows, fingerprints, env.hash(), env.fingerprint())
     if not ev.points and not ev.disqualified:
@@ -78,7 +84,7 @@ def _evidence(kind: str, spec: Spec, device: DeviceProfile, db: str | bool | Non
             if rows
             else "no measurements of this spec stored"
         )
-    return ev, notes
+    return ev, tested_here(rows, env.hash()), notes
 
 
 def _mix(kind: str, spec: Spec, max_num_seqs: int, max_model_len: int, profile: str) -> list[MixPoint]:
@@ -91,23 +97,32 @@ def _mix(kind: str, spec: Spec, max_num_seqs: int, max_model_len: int, profile: 
 
 
 def _valid_set(
-    kind: str, spec: Spec, device: DeviceProfile, assume_installed: bool, evidence: Any
-) -> tuple[list[Backend], dict[str, list[Rejection]]]:
-    """The backends the catalogue allows for ``spec`` here, minus those measured crashing or wrong here."""
+    kind: str,
+    spec: Spec,
+    device: DeviceProfile,
+    assume_installed: bool,
+    evidence: Any,
+    tested: dict[str, Tested] | None = None,
+) -> tuple[list[Backend], dict[str, list[Rejection]], list[str]]:
+    """The backends the catalogue allows for ``spec`` here, plus those whose activation-dtype rule a passing
+    measurement here lifts (``selector.lifted``, with a note each), minus those measured crashing or wrong here."""
     rejections: dict[str, list[Rejection]] = {}
     valid: list[Backend] = []
+    lifted_notes: list[str] = []
     for b in catalogue.backends(kind):
         reasons = check(b, spec, device, assume_installed=assume_installed)
+        lifted, reasons, note = lift(b, spec, device, reasons, tested, assume_installed=assume_installed)
         if reasons:
             rejections[b.name] = reasons
         else:
-            valid.append(b)
+            valid.append(lifted or b)
+            lifted_notes += [note] if note else []
     if evidence is not None:  # measured facts: a crash or a wrong answer here rejects the backend
         for name, facts in evidence.disqualified.items():
             if any(b.name == name for b in valid):
                 rejections[name] = [Rejection("measured", f) for f in facts[:3]]
                 valid = [b for b in valid if b.name != name]
-    return valid, rejections
+    return valid, rejections, lifted_notes
 
 
 def _static_ranking(
@@ -118,7 +133,8 @@ def _static_ranking(
     declared = catalogue.backends(kind)
     order = list(backend_order(kind, mla, device.family))
     position = {name: i for i, name in enumerate(order)}
-    ordered = sorted(valid, key=lambda b: (position.get(b.name, len(order)), declared.index(b)))
+    names = [b.name for b in declared]  # by name: a record whose rule was lifted is a copy of the declared one
+    ordered = sorted(valid, key=lambda b: (position.get(b.name, len(order)), names.index(b.name)))
     return [
         RankedBackend(
             backend=b.name,
@@ -173,8 +189,9 @@ def _select(
 ) -> Selection:
     requested_backend = catalogue.get(kind, requested) if requested else None  # unknown name: exit 2
     mix = _mix(kind, spec, max_num_seqs, max_model_len, profile)  # bad profile: exit 2 before any I/O
-    evidence, notes = _evidence(kind, spec, device, db)
-    valid, rejections = _valid_set(kind, spec, device, assume_installed, evidence)
+    evidence, tested, notes = _evidence(kind, spec, device, db)
+    valid, rejections, lifted = _valid_set(kind, spec, device, assume_installed, evidence, tested)
+    notes += lifted
     ranked, per_phase, dispatch = _static_ranking(kind, spec, device, valid, assume_installed), {}, ()
     if evidence is not None:
         notes = notes + evidence.notes
@@ -214,7 +231,12 @@ def _cached(
     max_model_len: int,
     profile: str,
 ) -> Selection:
-    return _select(kind, spec, device, requested, how, assume_installed, db, max_num_seqs, max_model_len, profile)
+    def one(s: Spec) -> Selection:
+        return _select(kind, s, device, requested, how, assume_installed, db, max_num_seqs, max_model_len, profile)
+
+    if isinstance(spec, AttentionSpec) and spec.kv_layout == "auto" and db is not False:
+        return over_layouts(one, spec)  # the layout is decided by measurement (selector/layouts.py)
+    return one(spec)
 
 
 def select_attention(
@@ -227,6 +249,9 @@ def select_attention(
     max_num_seqs: int = 256,
     max_model_len: int = 32768,
     profile: str = "balanced",
+    distributed: bool = True,
+    group: Any = None,
+    on_disagreement: str = "use_rank0",
 ) -> Selection:
     """Rank the valid attention backends for ``spec`` on ``device``.
 
@@ -235,22 +260,31 @@ def select_attention(
     ``profile``: decode-heavy, balanced, prefill-heavy, or a weights file), and falls back to static
     priorities. ``backend`` (or HWTUNE_ATTENTION_BACKEND) is honoured when valid; when not,
     ``BackendNotValidError`` says why. Warm calls with the same arguments are served from a cache.
+
+    Inside an initialised torch.distributed group (``group``, default the world) the call is collective: every
+    rank must call it, and every rank returns the same choice: rank 0's when the ranks differ
+    (``on_disagreement="use_rank0"``, noted in the Selection), or ``RanksDisagreeError`` on every rank
+    (``"raise"``); ``distributed=False`` opts out. See ``hwtune.selector.ranks``.
     """
-    if not isinstance(spec, AttentionSpec):
-        raise TypeError("select_attention needs an AttentionSpec")
-    requested, how = _requested("attention", backend)
-    return _cached(
-        "attention",
-        spec,
-        resolve_device(device),
-        requested,
-        how,
-        assume_installed,
-        db,
-        max_num_seqs,
-        max_model_len,
-        profile,
-    )
+
+    def local() -> Selection:
+        if not isinstance(spec, AttentionSpec):
+            raise TypeError("select_attention needs an AttentionSpec")
+        requested, how = _requested("attention", backend)
+        return _cached(
+            "attention",
+            spec,
+            resolve_device(device),
+            requested,
+            how,
+            assume_installed,
+            db,
+            max_num_seqs,
+            max_model_len,
+            profile,
+        )
+
+    return agree(local, distributed=distributed, group=group, on_disagreement=on_disagreement)
 
 
 def select_all2all(
@@ -262,11 +296,20 @@ def select_all2all(
     db: str | bool | None = None,
     max_num_seqs: int = 256,
     profile: str = "balanced",
+    distributed: bool = True,
+    group: Any = None,
+    on_disagreement: str = "use_rank0",
 ) -> Selection:
-    """Rank the valid MoE all2all backends for ``spec`` on ``device`` (see select_attention)."""
-    if not isinstance(spec, All2AllSpec):
-        raise TypeError("select_all2all needs an All2AllSpec")
-    requested, how = _requested("all2all", backend)
-    return _cached(
-        "all2all", spec, resolve_device(device), requested, how, assume_installed, db, max_num_seqs, 0, profile
-    )
+    """Rank the valid MoE all2all backends for ``spec`` on ``device`` (see select_attention); collective, with
+    every rank returning the same choice, inside an initialised torch.distributed group (``hwtune.selector.ranks``).
+    """
+
+    def local() -> Selection:
+        if not isinstance(spec, All2AllSpec):
+            raise TypeError("select_all2all needs an All2AllSpec")
+        requested, how = _requested("all2all", backend)
+        return _cached(
+            "all2all", spec, resolve_device(device), requested, how, assume_installed, db, max_num_seqs, 0, profile
+        )
+
+    return agree(local, distributed=distributed, group=group, on_disagreement=on_disagreement)

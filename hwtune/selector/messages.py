@@ -6,8 +6,8 @@ from typing import Mapping, Sequence
 
 from hwtune.core.catalogue import Backend
 from hwtune.core.devices import DeviceProfile
-from hwtune.core.types import AttentionSpec, Spec
-from hwtune.core.validation import Rejection
+from hwtune.core.types import All2AllSpec, AttentionSpec, Spec
+from hwtune.core.validation import Rejection, only_liftable
 
 ENV_VARS = {"attention": "HWTUNE_ATTENTION_BACKEND", "all2all": "HWTUNE_ALL2ALL_BACKEND"}
 
@@ -59,6 +59,12 @@ def not_valid_message(
     if valid:
         lines.append(f"Valid {kind} backends here that do: {', '.join(valid)}.")
         ways = [w for r in rejections if (w := _way_out(r, backend, spec))]
+        if isinstance(spec, All2AllSpec) and only_liftable(rejections):  # selector/lifted.py
+            ways.append(
+                f"measure it in {spec.quant_dtype} on this machine (hwtune tune --model config.json --ep "
+                f"{spec.ep_size} --kinds all2all --backends {backend.name} --quant-dtype {spec.quant_dtype}): a "
+                "stored pass of its correctness gate lifts the dtype rule for this exact spec here"
+            )
         lines.append(_ways_out(kind, ways))
     else:
         lines.append(f"No {kind} backend is valid for this spec here; see `hwtune select {kind} --explain`.")

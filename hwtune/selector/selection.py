@@ -71,6 +71,12 @@ class Selection:
         object.__setattr__(self, "_table", build_table(self.dispatch))  # frozen: set once, here
 
     @property
+    def kv_layout(self) -> str | None:
+        """The KV-cache layout of the selection (attention): the requested one, or with ``auto`` the measured
+        winner's (``selector/layouts.py``); "auto" when nothing decided it; None for all2all."""
+        return self.spec.get("kv_layout")
+
+    @property
     def tactic(self) -> str:
         """The tactic of the first phase (decode for attention): what an engine configures at start."""
         return next(iter(self.tactics.values()), "default")
@@ -87,6 +93,7 @@ class Selection:
             "backend": self.backend,
             "tactic": self.tactic,
             "tactics": dict(self.tactics),
+            "kv_layout": self.kv_layout,
             "per_phase": dict(self.per_phase),
             "ranked": [r.to_dict() for r in self.ranked],
             "rejected": {k: list(v) for k, v in self.rejected.items()},
@@ -103,7 +110,8 @@ class Selection:
     def explain(self) -> str:
         """The selection for people: the choice, notes, each ranked backend with its source and estimate, and every
         rejection with its reasons (``hwtune select --explain``)."""
-        lines = [f"{self.kind} backend for {self.device.describe()}: {self.backend} (tactic {self.tactic})"]
+        layout = f", KV layout {self.kv_layout}" if self.kv_layout else ""
+        lines = [f"{self.kind} backend for {self.device.describe()}: {self.backend} (tactic {self.tactic}{layout})"]
         if self.requested:
             lines.append(f"  requested explicitly: {self.requested}")
         for note in self.notes:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from hwtune.core import catalogue
 from hwtune.core.devices import CPU_PROFILE, DeviceProfile
 from hwtune.core.errors import InvalidSpecError
+from hwtune.core.types import QUANT_DTYPE_ALIASES, normalize_quant_dtype
 
 KINDS = ("attention", "all2all")
 DEVICES = ("auto", "cuda", "cpu")
@@ -64,6 +65,24 @@ def parse_backends(text: str | None) -> tuple[str, ...] | None:
         backend, sep, tactic = given.partition(":")
         names.append(catalogue.get_any(backend).name + sep + tactic)  # the catalogue's spelling
     return tuple(names) or None
+
+
+def parse_quant_dtypes(values: list[str] | None) -> tuple[str, ...] | None:
+    """``["nvfp4", "bf16,fp8"]`` (repeated or comma-separated ``--quant-dtype``) -> the activation dtypes, each known
+    and in its canonical spelling; None when none was given (the plan then follows the model)."""
+    out: list[str] = []
+    for value in values or ():
+        for given in (v.strip() for v in value.split(",")):
+            if not given:
+                continue
+            if given.lower() not in QUANT_DTYPE_ALIASES:
+                known = ", ".join(sorted(set(QUANT_DTYPE_ALIASES.values())))
+                raise InvalidSpecError(
+                    f"--quant-dtype takes the activation dtypes the engine dispatches to the experts: {known} "
+                    f"(repeat the option or comma-separate), not {given!r}"
+                )
+            out.append(normalize_quant_dtype(given))
+    return tuple(dict.fromkeys(out)) or None
 
 
 def resolve_profile(device: str) -> DeviceProfile:

@@ -12,15 +12,22 @@ from __future__ import annotations
 import hashlib
 import json
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from hwtune.core import catalogue
 from hwtune.core.devices import DeviceProfile
 from hwtune.core.errors import InvalidSpecError
-from hwtune.core.model_config import ModelInfo, all2all_spec, attention_spec, load_model_config
-from hwtune.core.types import All2AllSpec, All2AllWorkload, AttentionSpec, AttentionWorkload, Workload
+from hwtune.core.model_config import ModelInfo, all2all_spec, attention_spec, dispatch_dtype, load_model_config
+from hwtune.core.types import (
+    All2AllSpec,
+    All2AllWorkload,
+    AttentionSpec,
+    AttentionWorkload,
+    Workload,
+    normalize_quant_dtype,
+)
 
 #: Fraction of device memory a planned workload's KV cache (plus the reference's copies) may take.
 MEMORY_FRACTION = 0.35
@@ -141,7 +148,39 @@ def _kv_fits(workload: AttentionWorkload, device: DeviceProfile | None) -> bool:
     return 3 * per_token * tokens <= MEMORY_FRACTION * device.memory_bytes
 
 
+def planned_layouts(spec: AttentionSpec, quick: bool = False) -> tuple[str, ...]:
+    """The KV layouts a plan measures for ``spec``: the requested one (never replaced); with ``auto``, every
+    layout that an attention backend of the catalogue declares for this kind of model (MLA or not), since the
+    engine may run any of them and selection compares them (selector/layouts.py); a quick plan measures NHD."""
+    if spec.kv_layout != "auto":
+        return (spec.kv_layout,)
+    if quick:
+        return ("NHD",)
+    declared = {
+        layout
+        for b in catalogue.backends("attention")
+        if b.has(catalogue.Feature.MLA) == spec.use_mla
+        for layout in (b.rules.kv_layouts or ())
+    }
+    return tuple(layout for layout in ("NHD", "HND") if layout in declared)
+
+
 def attention_items(
+    spec: AttentionSpec, *, quick: bool = False, notes: list[str] | None = None, **grid: Any
+) -> list[PlanItem]:
+    """``layout_items`` for each layout ``planned_layouts`` gives (an ``auto`` spec becomes one item per layout)."""
+    layouts = planned_layouts(spec, quick)
+    if notes is not None and spec.kv_layout == "auto":
+        quick_note = " (quick: NHD only)" if quick else ""
+        notes.append(f"kv_layout auto: measuring the {' and '.join(layouts)} layouts{quick_note}")
+    return [
+        item
+        for layout in layouts
+        for item in layout_items(replace(spec, kv_layout=layout), quick=quick, notes=notes, **grid)
+    ]
+
+
+def layout_items(
     spec: AttentionSpec,
     *,
     max_num_seqs: int = 256,
@@ -231,10 +270,11 @@ def plan_from_model(
     quick: bool = False,
     device: DeviceProfile | None = None,
     attention_overrides: Mapping[str, Any] | None = None,
-    quant_dtypes: Iterable[str] = ("bf16", "fp8"),
+    quant_dtypes: Iterable[str] | None = None,
 ) -> Plan:
-    """The plan for a model as an engine would start it (tp/ep, limits): attention grid, and all2all sweeps per quant
-    dtype when the model is MoE and ``ep >= 2``; what is left out is said in the notes."""
+    """The plan for a model as an engine would start it (tp/ep, limits): attention grid, and all2all sweeps when the
+    model is MoE and ``ep >= 2``, one per activation dtype the engine dispatches (``all2all_dtypes``); what is left
+    out is said in the notes."""
     info = model if isinstance(model, ModelInfo) else load_model_config(model)
     kinds = set(kinds)
     notes: list[str] = []
@@ -251,7 +291,9 @@ def plan_from_model(
         elif not ep or ep < 2:
             notes.append("all2all needs --ep 2 or more: no all2all workloads")
         else:
-            for q in quant_dtypes:
+            dtypes, why = all2all_dtypes(info, quant_dtypes)
+            notes.append(f"all2all planned for {', '.join(dtypes)} activations: {why}")
+            for q in dtypes:
                 items += all2all_items(all2all_spec(info, ep, quant_dtype=q), quick=quick)
     name = f"{info.model_type} tp{tp}" + (f" ep{ep}" if ep else "") + (" quick" if quick else "")
     return Plan(
@@ -263,19 +305,40 @@ def plan_from_model(
     )
 
 
+def all2all_dtypes(info: ModelInfo | None, requested: Iterable[str] | None) -> tuple[tuple[str, ...], str]:
+    """The activation dtypes an all2all plan covers, and why: those requested (``--quant-dtype``), else the one the
+    model's quantization config dispatches (``model_config.dispatch_dtype``: nvfp4 for an NVFP4 checkpoint), else
+    bf16. docs/tuning.md, "Activation dtypes of all2all plans"."""
+    asked = tuple(dict.fromkeys(normalize_quant_dtype(q) for q in requested or ()))
+    if asked:
+        return asked, "asked for with --quant-dtype"
+    if info is None:
+        return ("bf16",), "no model names its quantization (--quant-dtype plans others)"
+    dtype, why = dispatch_dtype(info)
+    return (dtype,), why + " (--quant-dtype plans others)"
+
+
 # Llama-3.1-8B's attention (32 query / 8 KV heads, head size 128, bf16), the default when no model is given.
 DEFAULT_SPEC = AttentionSpec(num_heads=32, num_kv_heads=8, head_size=128)
 
 
 def default_plan(
-    *, quick: bool = False, device: DeviceProfile | None = None, kinds: Iterable[str] = ("attention",)
+    *,
+    quick: bool = False,
+    device: DeviceProfile | None = None,
+    kinds: Iterable[str] = ("attention",),
+    quant_dtypes: Iterable[str] | None = None,
 ) -> Plan:
     """The plan when no model or plan file is given: a Llama-3.1-8B-shaped attention grid (and an all2all sweep of a
-    generic MoE layer when asked)."""
+    generic MoE layer per requested activation dtype, bf16 by default, when asked)."""
     notes: list[str] = ["no --model or --plan: default plan for a Llama-3.1-8B-shaped model (32/8 heads, head 128)"]
     items = attention_items(DEFAULT_SPEC, quick=quick, device=device, notes=notes) if "attention" in kinds else []
     if "all2all" in kinds:
-        items += all2all_items(All2AllSpec(ep_size=2, num_experts=64, topk=8, hidden_size=4096), quick=quick)
+        dtypes, why = all2all_dtypes(None, quant_dtypes)
+        notes.append(f"all2all planned for {', '.join(dtypes)} activations: {why}")
+        for q in dtypes:
+            spec = All2AllSpec(ep_size=2, num_experts=64, topk=8, hidden_size=4096, quant_dtype=q)
+            items += all2all_items(spec, quick=quick)
     return Plan(
         name="default" + (" quick" if quick else ""),
         items=items,
@@ -297,11 +360,17 @@ def build_plan(
     quick: bool = False,
     device: DeviceProfile | None = None,
     attention_overrides: Mapping[str, Any] | None = None,
+    quant_dtypes: Iterable[str] | None = None,
 ) -> Plan:
     """The plan a tune run measures: from a plan file, from a model's config.json, or the default plan."""
     if plan_file is not None and model is not None:
         raise InvalidSpecError("give --model or --plan, not both (a plan file can name its model)")
     if plan_file is not None:
+        if quant_dtypes:
+            raise InvalidSpecError(
+                "--quant-dtype applies to --model and the default plan; a plan file names its all2all activation "
+                "dtypes itself ([all2all] quant_dtype = [...])"
+            )
         return plan_from_toml(plan_file, device=device)
     if model is not None:
         overrides = {k: v for k, v in (attention_overrides or {}).items() if v is not None}
@@ -315,8 +384,9 @@ def build_plan(
             quick=quick,
             device=device,
             attention_overrides=overrides,
+            quant_dtypes=quant_dtypes,
         )
-    return default_plan(quick=quick, device=device, kinds=list(kinds))
+    return default_plan(quick=quick, device=device, kinds=list(kinds), quant_dtypes=quant_dtypes)
 
 
 def _ints(value: Any, what: str, minimum: int = 1) -> tuple[int, ...]:
@@ -363,7 +433,7 @@ def plan_from_toml(path: str | Path, *, device: DeviceProfile | None = None) -> 
         a = dict(doc["all2all"])
         backends = tuple(a.pop("backends", ())) or None
         tokens = _ints(a.pop("tokens_per_rank", [1, 64, 1024, 8192]), "all2all.tokens_per_rank")
-        quants = a.pop("quant_dtype", "bf16")
+        quants = a.pop("quant_dtype", None) or list(all2all_dtypes(info if info and info.is_moe else None, None)[0])
         for q in quants if isinstance(quants, list) else [quants]:
             spec2 = (
                 all2all_spec(info, **{**a, "quant_dtype": q})
@@ -435,4 +505,7 @@ def _attention_table(a: dict[str, Any], info: ModelInfo | None, tp: int, p: Path
                 own(d),
             )
         )
-    return items
+    layouts = planned_layouts(spec)  # an auto spec: every declared layout, as in a model's plan
+    return [
+        replace(i, workload=replace(i.workload, spec=replace(spec, kv_layout=lay))) for lay in layouts for i in items
+    ]

@@ -165,6 +165,7 @@ class Tuner:
             assert isinstance(w, All2AllWorkload)
             known = catalogue.names("all2all")
             names = [b for b in ([b for b in backends or () if b in known] or known) if (b, "default") not in skip]
+            named = [b for b in item.backends or self.opts.backends or () if b in known]  # by a person, by name
             for rec in measure_all2all(
                 w,
                 names,
@@ -173,6 +174,7 @@ class Tuner:
                 time_cap_s=self.timing.time_cap_s,
                 environment=self.env,
                 run_id=run_id,
+                named=named,
             ):
                 store(rec)
 
@@ -291,7 +293,8 @@ def describe_item(item: PlanItem) -> str:
     w = item.workload
     if isinstance(w, AttentionWorkload):
         q = f" q{w.query_len}" if w.phase != "decode" else ""
-        return f"attention {w.phase} b{w.batch} ctx{w.context_len}{q}"
+        layout = f" {w.spec.kv_layout}" if w.spec.kv_layout != "auto" else ""
+        return f"attention {w.phase} b{w.batch} ctx{w.context_len}{q}{layout}"
     return f"all2all ep{w.spec.ep_size} {w.spec.quant_dtype} {w.tokens_per_rank} tok/rank"  # type: ignore[union-attr]
 
 

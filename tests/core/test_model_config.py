@@ -88,3 +88,97 @@ def test_models_select_end_to_end() -> None:
     assert "TRITON_ATTN" in sel.rejected  # declares neither soft-cap nor sliding window
     oss = attention_spec(load_model_config(MODELS / "gpt-oss-120b.json"))
     assert select_attention(oss, device="sm100", assume_installed=True).tactic == "trtllm-gen"
+
+
+# --- the activation dtype a checkpoint's quantization dispatches to the experts ------------------------------
+
+
+@pytest.mark.parametrize(
+    "path, method, dispatched",
+    [
+        ("qwen3-30b-a3b-nvfp4", "modelopt NVFP4", "nvfp4"),  # folder: config.json + ModelOpt's hf_quant_config.json
+        ("qwen3-30b-a3b-nvfp4/config.json", "modelopt NVFP4", "nvfp4"),  # the file: its sibling is read too
+        ("deepseek-v3.json", "fp8", "fp8"),  # quantization_config {quant_method: fp8, activation_scheme: dynamic}
+        ("gpt-oss-120b.json", "mxfp4, weights only", "bf16"),  # mxfp4 weights, bf16 activations
+        ("qwen3-30b-a3b.json", None, "bf16"),  # not quantized: the model's own dtype
+        ("mixtral-8x7b-v0.1.json", None, "bf16"),
+    ],
+)
+def test_dispatch_dtype_of_real_checkpoints(path: str, method: str | None, dispatched: str) -> None:
+    from hwtune.core.model_config import dispatch_dtype
+
+    m = load_model_config(MODELS / path)
+    assert m.quant_method == method
+    assert dispatch_dtype(m)[0] == dispatched
+    if m.is_moe:
+        assert all2all_spec(m, 2).quant_dtype == dispatched  # the all2all spec follows the checkpoint
+        assert all2all_spec(m, 2, quant_dtype="fp8").quant_dtype == "fp8"  # unless told otherwise
+
+
+QWEN_MOE = {"model_type": "qwen3_moe", "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128}
+QWEN_MOE |= {"hidden_size": 2048, "num_experts": 128, "num_experts_per_tok": 8, "torch_dtype": "bfloat16"}
+NVFP4_ACTS = {"num_bits": 4, "type": "float", "group_size": 16}
+
+
+@pytest.mark.parametrize(
+    "quantization, dispatched, known",
+    [
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4", "producer": {"name": "modelopt"}}, "nvfp4", True),
+        ({"quant_method": "modelopt_fp4"}, "nvfp4", True),
+        ({"quant_method": "modelopt", "quant_algo": "FP8"}, "fp8", True),
+        ({"quant_method": "modelopt", "quant_algo": "W4A16_NVFP4"}, "bf16", True),  # weights only
+        (
+            {
+                "quant_method": "modelopt",
+                "quant_algo": "MIXED_PRECISION",
+                "quantized_layers": {
+                    "model.layers.0.self_attn.qkv_proj": {"quant_algo": "FP8"},
+                    "model.layers.0.mlp.experts": {"quant_algo": "NVFP4", "group_size": 16},
+                },
+            },
+            "nvfp4",  # the experts' algorithm
+            True,
+        ),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "format": "nvfp4-pack-quantized",
+                "config_groups": {
+                    "group_0": {"targets": ["Linear"], "weights": NVFP4_ACTS, "input_activations": NVFP4_ACTS}
+                },
+            },
+            "nvfp4",
+            True,
+        ),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "attn": {"targets": ["re:.*self_attn.*"], "input_activations": {"num_bits": 8, "type": "float"}},
+                    "moe": {"targets": ["re:.*mlp.experts.*"], "weights": NVFP4_ACTS, "input_activations": None},
+                },
+            },
+            "bf16",  # the expert group quantizes weights only
+            True,
+        ),
+        ({"quant_method": "awq", "bits": 4}, "bf16", True),
+        ({"quant_method": "fbgemm_fp8"}, "fp8", True),
+        ({"quant_method": "exotic_int3"}, "bf16", False),  # unknown: the model's dtype, and the note says so
+    ],
+)
+def test_dispatch_dtype_of_quantization_configs(quantization: dict, dispatched: str, known: bool) -> None:
+    from hwtune.core.model_config import dispatch_dtype
+
+    m = parse_model_config({**QWEN_MOE, "quantization_config": quantization})
+    dtype, why = dispatch_dtype(m)
+    assert dtype == dispatched
+    assert ("does not know" not in why) is known
+    if not known:
+        assert "exotic_int3" in why and "--quant-dtype" in why
+
+
+def test_a_bad_hf_quant_config_is_one_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text((MODELS / "qwen3-30b-a3b.json").read_text())
+    (tmp_path / "hf_quant_config.json").write_text("{not json")
+    with pytest.raises(InvalidSpecError, match="hf_quant_config.json is not valid JSON"):
+        load_model_config(tmp_path)

@@ -1,5 +1,6 @@
 """Plans from model configs, TOML files and defaults; refinement ordering."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -8,7 +9,7 @@ from hwtune.core.devices import CPU_PROFILE, simulated
 from hwtune.core.errors import InvalidSpecError
 from hwtune.core.records import LatencyStats, MeasurementRecord
 from hwtune.core.types import AttentionSpec
-from hwtune.tuner.plan import QUICK_BACKENDS, default_plan, plan_from_model, plan_from_toml
+from hwtune.tuner.plan import QUICK_BACKENDS, build_plan, default_plan, plan_from_model, plan_from_toml
 from hwtune.tuner.schedule import informative, order_refinements
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,8 +31,72 @@ def test_model_plan_levels_and_memory_filter() -> None:
 def test_moe_model_plans_all2all_at_the_ep_size() -> None:
     plan = plan_from_model(MODELS / "deepseek-v3.json", tp=8, ep=8, device=simulated("h100"))
     a2a = [i.workload for i in plan.items if i.kind == "all2all"]
-    assert a2a and {w.spec.ep_size for w in a2a} == {8} and {w.spec.quant_dtype for w in a2a} == {"bf16", "fp8"}
+    # DeepSeek-V3's quantization_config is block fp8 with dynamic activations: the engine dispatches fp8
+    assert a2a and {w.spec.ep_size for w in a2a} == {8} and {w.spec.quant_dtype for w in a2a} == {"fp8"}
+    assert "all2all planned for fp8 activations: the model's quantization (fp8) dispatches fp8" in " ".join(plan.notes)
     assert all(i.workload.spec.use_mla for i in plan.items if i.kind == "attention")
+
+
+def _dtypes(plan) -> set[str]:
+    return {i.workload.spec.quant_dtype for i in plan.items if i.kind == "all2all"}
+
+
+def test_an_nvfp4_model_plans_nvfp4_all2all_where_the_one_sided_kernel_is_valid() -> None:
+    """The one-sided NVLink kernel accepts only nvfp4: planned from an NVFP4 checkpoint, every all2all item is one it
+    is valid for (so tune measures it); planned from the same model unquantized, it is valid for none."""
+    from hwtune.core import catalogue
+    from hwtune.core.validation import check
+
+    one_sided = catalogue.get("all2all", "flashinfer_nvlink_one_sided")
+    b200 = simulated("b200")
+    plan = plan_from_model(MODELS / "qwen3-30b-a3b-nvfp4", ep=2, kinds=["all2all"], device=b200)
+    assert _dtypes(plan) == {"nvfp4"} and len(plan.items) == 7
+    assert all(not check(one_sided, i.workload.spec, b200, assume_installed=True) for i in plan.items)
+    assert any("the model's quantization (modelopt NVFP4) dispatches nvfp4" in n for n in plan.notes)
+    plain = plan_from_model(MODELS / "qwen3-30b-a3b.json", ep=2, kinds=["all2all"], device=b200)
+    assert _dtypes(plain) == {"bf16"}
+    assert all(check(one_sided, i.workload.spec, b200, assume_installed=True) for i in plain.items)
+
+
+def test_quant_dtypes_asked_for_win_over_the_model() -> None:
+    plan = plan_from_model(MODELS / "qwen3-30b-a3b-nvfp4", ep=2, kinds=["all2all"], quant_dtypes=["bf16", "fp8_e4m3"])
+    assert _dtypes(plan) == {"bf16", "fp8"} and any("asked for with --quant-dtype" in n for n in plan.notes)
+    assert _dtypes(default_plan(kinds=["all2all"])) == {"bf16"}
+    assert _dtypes(default_plan(kinds=["all2all"], quant_dtypes=["nvfp4"])) == {"nvfp4"}
+
+
+def test_a_toml_plan_without_quant_dtype_follows_its_model(tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(MODELS / "qwen3-30b-a3b-nvfp4", tmp_path / "model")
+    f = tmp_path / "p.toml"
+    f.write_text('[model]\nconfig = "model/config.json"\n[all2all]\nep_size = 2\ntokens_per_rank = [16]\n')
+    assert _dtypes(plan_from_toml(f)) == {"nvfp4"}
+    f.write_text("[all2all]\nep_size = 2\nnum_experts = 8\ntopk = 2\nhidden_size = 256\ntokens_per_rank = [16]\n")
+    assert _dtypes(plan_from_toml(f)) == {"bf16"}
+    with pytest.raises(InvalidSpecError, match="a plan file names its all2all activation dtypes itself"):
+        build_plan(None, f, quant_dtypes=("fp8",))
+
+
+def test_tune_cli_quant_dtype_option() -> None:
+    from typer.testing import CliRunner
+
+    from hwtune.cli.main import app
+
+    base = ["tune", "--dry-run", "--json", "--device", "cpu", "--kinds", "all2all", "--ep", "2"]
+    model = ["--model", str(MODELS / "qwen3-30b-a3b-nvfp4")]
+    res = CliRunner().invoke(app, [*base, *model])
+    assert res.exit_code == 0, res.output
+    items = json.loads(res.stdout)["plan"]["items"]
+    assert {i["workload"]["spec"]["quant_dtype"] for i in items} == {"nvfp4"}
+    res = CliRunner().invoke(app, [*base, *model, "--quant-dtype", "bf16,FP8", "--quant-dtype", "nvfp4"])
+    assert res.exit_code == 0, res.output
+    items = json.loads(res.stdout)["plan"]["items"]
+    assert {i["workload"]["spec"]["quant_dtype"] for i in items} == {"bf16", "fp8", "nvfp4"}
+    res = CliRunner().invoke(app, [*base, *model, "--quant-dtype", "int3"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert "--quant-dtype takes the activation dtypes the engine dispatches to the experts" in res.stderr
+    assert "not 'int3'" in res.stderr
 
 
 def test_quick_plan_is_small_and_engine_focused() -> None:
@@ -75,10 +140,11 @@ chunk = [32]
 prefix = [0, 64]
 """)
     plan = plan_from_toml(f)
-    assert len(plan.items) == 3
+    assert len(plan.items) == 4  # the first table's auto layout is measured as NHD and as HND
+    assert [i.workload.spec.kv_layout for i in plan.items] == ["NHD", "HND", "HND", "HND"]
     ragged = plan.items[0].workload
     assert ragged.context_lens and len(ragged.context_lens) == 4 and max(ragged.context_lens) <= 256
-    assert plan.items[0].backends == ("TORCH_SDPA:math",) and plan.items[1].workload.spec.kv_layout == "HND"
+    assert plan.items[0].backends == plan.items[1].backends == ("TORCH_SDPA:math",)
 
 
 @pytest.mark.parametrize(
@@ -147,8 +213,9 @@ backends = ["FLEX_ATTENTION"]
 level = 1
 """)
     plan = plan_from_toml(f)
-    assert len(plan.items) == 1
-    assert plan.items[0].backends == ("FLASHINFER", "FLEX_ATTENTION") and plan.items[0].level == 0
+    assert len(plan.items) == 2  # one per layout (auto: NHD and HND)
+    for item in plan.items:
+        assert item.backends == ("FLASHINFER", "FLEX_ATTENTION") and item.level == 0
 
 
 def test_quick_on_the_cpu_measures_the_backends_that_run_there() -> None:
@@ -175,3 +242,15 @@ def test_estimates_count_compilation_per_shape_for_torch_compile_backends() -> N
     per_item = 1.5 + plan.time_cap_s * 0.6
     assert flex >= n * (catalogue.get("attention", "FLEX_ATTENTION").tactic("compiled").compile_s + per_item) - 1
     assert fi < flex
+
+
+def test_kv_layout_auto_plans_every_declared_layout_and_a_requested_one_only_itself() -> None:
+    h100 = simulated("h100")
+    auto = plan_from_model(MODELS / "llama-3.1-8b.json", device=h100)
+    layouts = [i.workload.spec.kv_layout for i in auto.items if i.workload.kind == "attention"]
+    assert set(layouts) == {"NHD", "HND"} and layouts.count("NHD") == layouts.count("HND")
+    assert any("measuring the NHD and HND layouts" in n for n in auto.notes)
+    hnd = plan_from_model(MODELS / "llama-3.1-8b.json", device=h100, attention_overrides={"kv_layout": "HND"})
+    assert {i.workload.spec.kv_layout for i in hnd.items if i.workload.kind == "attention"} == {"HND"}
+    quick = plan_from_model(MODELS / "llama-3.1-8b.json", device=h100, quick=True)
+    assert {i.workload.spec.kv_layout for i in quick.items if i.workload.kind == "attention"} == {"NHD"}

@@ -26,6 +26,7 @@ num_heads = 4
 num_kv_heads = 2
 head_size = 32
 dtype = "float32"
+kv_layout = "NHD"
 backends = ["TORCH_SDPA:math"]
 [[attention.decode]]
 batch = [1, 4]

@@ -13,7 +13,7 @@ workload it happened in, and the rest continue in a fresh group.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal
 
 from hwtune.core import catalogue
@@ -22,7 +22,7 @@ from hwtune.core.environment import Environment, current_environment
 from hwtune.core.errors import InvalidSpecError
 from hwtune.core.records import MeasurementRecord
 from hwtune.core.types import All2AllSpec, All2AllWorkload
-from hwtune.core.validation import check
+from hwtune.core.validation import check, only_liftable
 from hwtune.probes.all2all.launcher import run_trial
 from hwtune.probes.all2all.trial import ItemResult, TrialItem, TrialSpec
 from hwtune.probes.contract import to_record
@@ -58,8 +58,10 @@ def _preflight(
     *,
     explore: bool,
     ref: str | None,
+    named: bool = False,
 ) -> tuple[str | None, list[str]]:
-    """Why this backend cannot run this spec here (None: run it), and the catalogue's rejections."""
+    """Why this backend cannot run this spec here (None: run it), and the catalogue's rejections. A backend a person
+    ``named`` whose only rejection is its activation-dtype rule runs: its correctness gate decides."""
     found = check(backend, spec, profile)
     rejections = [r.message for r in found]
     entry = backend.probe
@@ -67,7 +69,7 @@ def _preflight(
     if missing:  # the module first, in the words people search for; then what else the catalogue said
         others = [r.message for r in found if r.code != "package"]
         return " ".join([f"{', '.join(missing)} is not installed.", *others]), rejections
-    if rejections and not explore:
+    if rejections and not explore and not (named and only_liftable(found)):
         return " ".join(rejections), rejections
     if ref is None and entry is None:
         return f"hwtune has no runnable implementation of {backend.name}.", rejections
@@ -100,6 +102,42 @@ def _record(
     )
 
 
+def _dtype_test_message(status: str, message: str, rejections: list[str]) -> str:
+    """What a record of a named backend measured despite its activation-dtype rule says: the gate decided."""
+    rule = " ".join(rejections)
+    if status == "ok":
+        return (
+            f"measured although the catalogue rejects its activation dtype, because it was named ({rule}); its "
+            "correctness gate passed, so once this record is stored, and unless a measurement of it fails here, "
+            "selection in this environment lifts the rule for this exact spec"
+        )
+    outcome = {"wrong_answer": "wrong answer", "crashed": "crash", "unsupported": "refusal"}.get(status, status)
+    return (
+        f"{message} (measured although the catalogue rejects its activation dtype, because it was named: "
+        f"{rule} This {outcome} keeps the rule closed.)"
+    ).strip()
+
+
+def _labels(reason: str | None, rejections: list[str], explore: bool) -> tuple[dict[str, Any], bool]:
+    """A record's extra fields for the catalogue's rejections, and whether the run tests a named backend's
+    activation-dtype rule (the only rejection ``_preflight`` lets through without ``explore``)."""
+    extra: dict[str, Any] = {"catalogue_rejections": rejections} if rejections else {}
+    if explore and rejections:
+        extra["explore"] = True
+    dtype_test = reason is None and bool(rejections) and not explore
+    if dtype_test:
+        extra["dtype_rule_tested"] = True
+    return extra, dtype_test
+
+
+def _explain(res: ItemResult, rejections: list[str], explore: bool, dtype_test: bool) -> None:
+    """Say in the result's message that it was measured although the catalogue rejects it, and what follows."""
+    if explore and rejections and res.status == "ok":
+        res.message = "measured although the catalogue rejects it (explore mode): " + " ".join(rejections)
+    if dtype_test:
+        res.message = _dtype_test_message(res.status, res.message, rejections)
+
+
 def measure_all2all_sweep(
     workloads: Sequence[All2AllWorkload],
     backends: Sequence[str],
@@ -120,12 +158,16 @@ def measure_all2all_sweep(
     max_iters: int = 1000,
     candidate_refs: Mapping[str, str] | None = None,
     env: Mapping[str, str] | None = None,
+    named: Collection[str] = (),
 ) -> list[MeasurementRecord]:
     """Measure every backend on every workload; records are ordered by backend, then workload.
 
     ``explore`` runs candidates the catalogue rejects (their correctness is still checked), to find their
-    real constraints; ``candidate_refs`` maps a backend name to another implementation (``module:Class``),
-    for tests and out-of-tree candidates; ``env`` adds variables to the spawned ranks' environment.
+    real constraints; ``named`` lists backends a person asked for by name: one whose only rejection is its
+    activation-dtype rule runs anyway and its correctness gate decides (an ``ok`` record, once stored, lets
+    selection lift the rule for that exact spec in this environment: ``hwtune.selector.lifted``);
+    ``candidate_refs`` maps a backend name to another implementation (``module:Class``), for tests and
+    out-of-tree candidates; ``env`` adds variables to the spawned ranks' environment.
     """
     profile = device_profile(device)
     env_fp = environment or current_environment(profile)
@@ -143,10 +185,10 @@ def measure_all2all_sweep(
         ref = (candidate_refs or {}).get(backend.name)
         for group in groups.values():
             spec = group[0].spec
-            reason, rejections = _preflight(backend, spec, device, profile, explore=explore, ref=ref)
-            extra: dict[str, Any] = {"catalogue_rejections": rejections} if rejections else {}
-            if explore and rejections:
-                extra["explore"] = True
+            reason, rejections = _preflight(
+                backend, spec, device, profile, explore=explore, ref=ref, named=backend.name in named
+            )
+            extra, dtype_test = _labels(reason, rejections, explore)
             if reason is not None:
                 records += [
                     _record(wl, backend.name, ItemResult("unsupported", reason), env_fp, run_id, device, extra)
@@ -172,8 +214,7 @@ def measure_all2all_sweep(
             )
             outcome = run_trial(trial, timeout_s=timeout_s, env=env)
             for wl, res in zip(group, outcome.results):
-                if explore and rejections and res.status == "ok":
-                    res.message = "measured although the catalogue rejects it (explore mode): " + " ".join(rejections)
+                _explain(res, rejections, explore, dtype_test)
                 records.append(
                     _record(
                         wl,
