@@ -89,7 +89,7 @@ def _evidence(
 
 def _mix(kind: str, spec: Spec, max_num_seqs: int, max_model_len: int, profile: str) -> list[MixPoint]:
     if profile.endswith((".json", ".toml")) or "/" in profile:
-        return load_mix(profile)
+        return load_mix(profile, kind)
     if kind == "all2all":
         return all2all_mix(max_num_seqs, profile)
     assert isinstance(spec, AttentionSpec)

@@ -58,23 +58,38 @@ def workload_mix(
     return points
 
 
-def load_mix(path: str | Path) -> list[MixPoint]:
-    """A file of weights: JSON list or TOML ``[[point]]`` tables with phase, batch, context, weight
-    (and query_len for prefill chunks)."""
+def load_mix(path: str | Path, kind: str = "attention") -> list[MixPoint]:
+    """A file of weights: JSON list or TOML ``[[point]]`` tables. Attention points have phase (decode, prefill),
+    batch, context, weight (and query_len for prefill chunks); all2all points have tokens (per rank) and weight
+    (phase, if given, must be dispatch_combine)."""
+    p = Path(path)
+    points = [_point(item, kind, p, i) for i, item in enumerate(_raw_points(p), 1)]
+    if not points or sum(pt.weight for pt in points) <= 0:
+        raise InvalidSpecError(f"{p}: no points with positive weight")
+    return points
+
+
+def _raw_points(p: Path) -> list:
+    """The file's point tables, parsed (JSON list, or TOML ``[[point]]``)."""
     import tomllib
 
-    p = Path(path)
     try:
         text = p.read_text()
     except FileNotFoundError:
         raise InvalidSpecError(f"no workload-mix file at {p}") from None
     try:
-        raw = json.loads(text) if p.suffix == ".json" else tomllib.loads(text).get("point", [])
+        return json.loads(text) if p.suffix == ".json" else tomllib.loads(text).get("point", [])
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         raise InvalidSpecError(f"{p} cannot be parsed: {exc}") from None
-    points = []
-    for i, item in enumerate(raw, 1):
-        try:
+
+
+def _point(item: dict, kind: str, p: Path, i: int) -> MixPoint:
+    """One point of a weights file, checked for ``kind``: an attention file's phases, an all2all file's tokens."""
+    try:
+        if kind == "all2all":
+            phase = str(item.get("phase", "dispatch_combine"))
+            mp = MixPoint(phase, int(item["tokens"]), 1, float(item["weight"]))
+        else:
             mp = MixPoint(
                 phase=str(item["phase"]),
                 batch=int(item["batch"]),
@@ -82,14 +97,15 @@ def load_mix(path: str | Path) -> list[MixPoint]:
                 weight=float(item["weight"]),
                 query_len=int(item.get("query_len", 1)),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidSpecError(f"{p}: point {i} needs phase, batch, context and weight ({exc})") from None
-        if mp.phase not in ("decode", "prefill") or mp.batch <= 0 or mp.context <= 0 or not mp.weight >= 0:
-            raise InvalidSpecError(f"{p}: point {i} has an unknown phase or a non-positive size/weight")
-        points.append(mp)
-    if not points or sum(pt.weight for pt in points) <= 0:
-        raise InvalidSpecError(f"{p}: no points with positive weight")
-    return points
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        needs = "tokens and weight" if kind == "all2all" else "phase, batch, context and weight"
+        raise InvalidSpecError(f"{p}: point {i} needs {needs} ({exc})") from None
+    phases = ("dispatch_combine",) if kind == "all2all" else ("decode", "prefill")
+    if mp.phase not in phases:
+        raise InvalidSpecError(f"{p}: point {i} has phase {mp.phase!r}; a {kind} weights file has {', '.join(phases)}")
+    if mp.batch <= 0 or mp.context <= 0 or not mp.weight >= 0:
+        raise InvalidSpecError(f"{p}: point {i} has a non-positive size or weight")
+    return mp
 
 
 A2A_DECODE_TOKENS = (1, 4, 16, 64, 256)

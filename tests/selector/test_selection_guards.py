@@ -13,6 +13,7 @@ import pytest
 import hwtune
 from hwtune.core.devices import simulated
 from hwtune.core.environment import current_environment
+from hwtune.core.errors import InvalidSpecError
 from hwtune.core.records import LatencyStats, MeasurementRecord
 from hwtune.core.types import All2AllSpec, All2AllWorkload, AttentionSpec, AttentionWorkload
 from hwtune.db.store import Store
@@ -334,3 +335,28 @@ def test_all2all_cli_reads_the_store_and_the_profile(store) -> None:
         data = json.loads(res.stdout)
         assert data["backend"] == winner and data["ranked"][0]["source"] == "measured"
     _cached.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "weights, winner, cost",
+    [({2048: 1, 8192: 1}, "deepep_high_throughput", 150.0), ({1: 1, 16: 3}, "allgather_reducescatter", 40.0)],
+)
+def test_all2all_weights_file_decides_by_tokens_per_rank(store, tmp_path, weights, winner, cost) -> None:
+    """An all2all weights file names tokens per rank; before, it was read as attention points and ignored."""
+    url, s = store
+    s.write(a2a_records())
+    path = tmp_path / "a2a.json"
+    path.write_text(json.dumps([{"tokens": t, "weight": w} for t, w in weights.items()]))
+    sel = select_a2a(url, profile=str(path))
+    assert sel.backend == winner and sel.ranked[0].source != "static"
+    assert sel.ranked[0].latency_us == pytest.approx(cost)
+
+
+def test_a_weights_file_of_the_other_kind_is_refused(tmp_path) -> None:
+    path = tmp_path / "attn.json"
+    path.write_text(json.dumps([{"phase": "decode", "batch": 4, "context": 512, "weight": 1}]))
+    with pytest.raises(InvalidSpecError, match="needs tokens and weight"):
+        load_mix(path, "all2all")
+    path.write_text(json.dumps([{"phase": "decode", "tokens": 4, "weight": 1}]))
+    with pytest.raises(InvalidSpecError, match="all2all weights file has dispatch_combine"):
+        load_mix(path, "all2all")
