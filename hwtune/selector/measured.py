@@ -255,32 +255,55 @@ def _log(x: float) -> float:
     return math.log2(max(x, 1e-9))
 
 
+def _coords(phase: str, batch: int, context: int, query_len: int) -> tuple[float, float]:
+    """Where a shape lies for interpolation: decode by (batch, context); prefill by (new tokens, context), since a
+    prefill's cost follows its chunk as much as its context (log2 of each)."""
+    if phase == "prefill":
+        return _log(batch * query_len), _log(context)
+    return _log(batch), _log(context)
+
+
+def _fit(near: list[tuple[tuple[float, float], float]], x: float, y: float) -> float:
+    """log2 latency at (x, y) from the nearest points: a local log-linear fit, within the neighbours' spread;
+    inverse-distance weighting where the points are too few or collinear."""
+    target = [_log(lat) for _c, lat in near]
+    coef = _least_squares([(1.0, cx, cy) for (cx, cy), _lat in near], target)
+    if coef is None:
+        weights = [1 / (1e-6 + (cx - x) ** 2 + (cy - y) ** 2) for (cx, cy), _lat in near]
+        return sum(w * t for w, t in zip(weights, target)) / sum(weights)
+    lo, hi = min(target), max(target)
+    spread = max(1.0, hi - lo)
+    return min(max(coef[0] + coef[1] * x + coef[2] * y, lo - spread), hi + spread)
+
+
 def estimate(points: Sequence[Point], mp: MixPoint) -> tuple[float, bool, float] | None:
-    """(latency_us, exact, confidence) at ``mp`` from one tactic's points of the same phase."""
-    same_q = [p for p in points if p.query_len == mp.query_len] or list(points)
-    if not same_q:
+    """(latency_us, exact, confidence) at ``mp`` from one tactic's points of the same phase.
+
+    Latency never falls as a shape grows, so an estimate lies between the slowest measured point the shape
+    dominates and the fastest measured point that dominates it (in batch or chunk, and context). Below the
+    measured range it is the fastest dominating point (never an optimistic guess under anything measured);
+    beyond it, the fit, no lower than what the shape dominates. Confidence halves outside the measured box."""
+    pool = list(points)
+    if mp.phase != "prefill":  # decode: the engine's query tokens per request (1 + spec) where measured
+        pool = [p for p in points if p.query_len == mp.query_len] or pool
+    if not pool:
         return None
-    for p in same_q:
-        if p.batch == mp.batch and p.context == mp.context:
+    for p in pool:
+        if (p.batch, p.context, p.query_len) == (mp.batch, mp.context, mp.query_len):
             return p.latency_us, True, 1.0
-    x, y = _log(mp.batch), _log(mp.context)
-    near = sorted(same_q, key=lambda p: (_log(p.batch) - x) ** 2 + (_log(p.context) - y) ** 2)[:NEIGHBOURS]
-    d0 = math.sqrt((_log(near[0].batch) - x) ** 2 + (_log(near[0].context) - y) ** 2)
-    conf = 1.0 / (1.0 + d0 / 2)
-    rows = [(1.0, _log(p.batch), _log(p.context)) for p in near]
-    target = [_log(p.latency_us) for p in near]
-    coef = _least_squares(rows, target)
-    if coef is None:  # too few or collinear neighbours: distance-weighted mean of log latency
-        wsum = sum(1 / (1e-6 + (_log(p.batch) - x) ** 2 + (_log(p.context) - y) ** 2) for p in near)
-        val = (
-            sum(t / (1e-6 + (_log(p.batch) - x) ** 2 + (_log(p.context) - y) ** 2) for p, t in zip(near, target)) / wsum
-        )
-    else:
-        val = coef[0] + coef[1] * x + coef[2] * y
-        lo, hi = min(target), max(target)
-        spread = max(1.0, hi - lo)
-        val = min(max(val, lo - spread), hi + spread)  # no wild extrapolation
-    return 2.0**val, False, conf
+    x, y = _coords(mp.phase, mp.batch, mp.context, mp.query_len)
+    pts = [(_coords(mp.phase, p.batch, p.context, p.query_len), p.latency_us) for p in pool]
+    near = sorted(pts, key=lambda pt: (pt[0][0] - x) ** 2 + (pt[0][1] - y) ** 2)[:NEIGHBOURS]
+    val = 2.0 ** _fit(near, x, y)
+    below = [lat for (cx, cy), lat in pts if cx <= x and cy <= y]
+    above = [lat for (cx, cy), lat in pts if cx >= x and cy >= y]
+    if below:
+        val = max(val, max(below))
+    if above:
+        val = min(val, min(above)) if below else min(above)
+    d0 = math.dist(near[0][0], (x, y))
+    conf = 1.0 / (1.0 + d0 / 2) * (1.0 if below and above else 0.5)
+    return val, False, conf
 
 
 def _least_squares(rows: list[tuple[float, float, float]], y: list[float]) -> list[float] | None:
@@ -347,44 +370,93 @@ def cost_backend(ev: Evidence, backend: str, mix: Sequence[MixPoint]) -> Costed 
     return Costed(backend, total, exact, conf_w / wsum, main, dict(phase_cost))
 
 
-def dispatch_table(ev: Evidence, backend: str, max_batch: int, max_context: int) -> tuple[DispatchEntry, ...]:
-    """Best tactic of ``backend`` per cell of a power-of-two grid (batch x context; context for prefill).
+ROBUST_NEIGHBOURS = 4
+#: Largest prefill chunk the dispatch grid covers (new tokens per request per step).
+MAX_CHUNK = 32768
 
-    Each cell's tactic minimises the interpolated latency at the cell's geometric centre, so shapes between
-    measured points follow the measured crossovers instead of snapping to the next measured point.
-    ``hwtune.selector.dispatch.lookup`` finds a cell by bit length in constant time.
+
+def _grid(phase: str, max_batch: int, max_context: int) -> list[tuple[int, int, MixPoint]]:
+    """The power-of-two cells of one phase as (row bucket, context bucket, the shape at the cell's geometric
+    centre): decode rows are batch sizes, prefill rows chunk lengths (cells with the chunk above the context
+    left out), all2all rows tokens per rank."""
+    centre = lambda m, floor: m if m <= floor else max(1, round(m / math.sqrt(2)))  # noqa: E731
+    if phase == "prefill":
+        rows = [1 << i for i in range(4, max(16, min(max_context, MAX_CHUNK) - 1).bit_length() + 1)]
+    else:
+        rows = [1 << i for i in range(max(1, max_batch - 1).bit_length() + 1)]
+    contexts = (
+        [1] if phase == "dispatch_combine" else [1 << i for i in range(4, max(16, max_context - 1).bit_length() + 1)]
+    )
+    cells = []
+    for rm in rows:
+        for cm in contexts:
+            r, c = centre(rm, 1 if phase != "prefill" else 16), centre(cm, 16)
+            if phase == "prefill":
+                if rm > cm:
+                    continue
+                cells.append((rm, cm, MixPoint(phase, 1, c, 1.0, min(r, c))))
+            else:
+                cells.append((rm, cm, MixPoint(phase, r, c, 1.0, 1)))
+    return cells
+
+
+def _box(tactics: Mapping[str, Sequence[Point]], phase: str) -> tuple[float, float, float, float]:
+    """(min x, max x, min y, max y) of every shape measured for the phase, in ``_coords``."""
+    coords = [_coords(phase, p.batch, p.context, p.query_len) for pts in tactics.values() for p in pts]
+    xs, ys = [c[0] for c in coords], [c[1] for c in coords]
+    return min(xs), max(xs), min(ys), max(ys)
+
+
+def _robust(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> str | None:
+    """Beyond the measured range: the tactic whose worst ratio to the best tactic is smallest over the measured
+    shapes at the edge nearest ``mp`` (every tactic measured there; within one doubling of the nearest), so a
+    1 % winner at the edge is not extended blindly where a neighbour shows it losing. None inside the range."""
+    x0, x1, y0, y1 = _box(tactics, mp.phase)
+    x, y = _coords(mp.phase, mp.batch, mp.context, mp.query_len)
+    edge = (min(max(x, x0), x1), min(max(y, y0), y1))
+    if edge == (x, y) or len(tactics) < 2:
+        return None
+    shared = set.intersection(*({(p.batch, p.context, p.query_len) for p in pts} for pts in tactics.values()))
+    dist = {k: math.dist(_coords(mp.phase, *k), edge) for k in shared}
+    if not dist:
+        return None
+    nearest = sorted((k for k in dist if dist[k] <= min(dist.values()) + 1.0), key=dist.get)[:ROBUST_NEIGHBOURS]
+    lat = {t: {(p.batch, p.context, p.query_len): p.latency_us for p in pts} for t, pts in tactics.items()}
+    worst = {t: max(lat[t][k] / min(lat[o][k] for o in tactics) for k in nearest) for t in sorted(tactics)}
+    return min(worst, key=lambda t: worst[t])
+
+
+def _best_tactic(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> tuple[str, float, bool] | None:
+    """(tactic, latency, exact) for one cell: the cheapest estimate inside the measured range, the robust tactic
+    beyond it."""
+    ests = {t: e for t, pts in sorted(tactics.items()) if (e := estimate(pts, mp)) is not None}
+    if not ests:
+        return None
+    best = min(ests, key=lambda t: ests[t][0])
+    robust = _robust(tactics, mp)
+    if robust is not None and robust in ests:
+        best = robust
+    return best, ests[best][0], ests[best][1]
+
+
+def dispatch_table(ev: Evidence, backend: str, max_batch: int, max_context: int) -> tuple[DispatchEntry, ...]:
+    """Best tactic of ``backend`` per cell of a power-of-two grid: decode by batch x context, prefill by chunk x
+    context, all2all by tokens per rank (``_grid``).
+
+    Inside the measured range each cell's tactic minimises the estimated latency at the cell's geometric
+    centre, so shapes between measured points follow the measured crossovers; beyond it, the tactic robust
+    across the nearest measured shapes (``_robust``). ``hwtune.selector.dispatch.lookup`` finds a cell by bit
+    length in constant time.
     """
-    phases = sorted({p for (b, _t, p) in ev.points if b == backend})
     out: list[DispatchEntry] = []
-    for phase in phases:
+    for phase in sorted({p for (b, _t, p) in ev.points if b == backend}):
         tactics = {t: pts for (b, t, p), pts in ev.points.items() if b == backend and p == phase}
-        batches = [1] if phase == "prefill" else [1 << i for i in range(max(1, max_batch - 1).bit_length() + 1)]
-        contexts = (
-            [1]
-            if phase == "dispatch_combine"
-            else [1 << i for i in range(4, max(16, max_context - 1).bit_length() + 1)]
-        )
-        for bm in batches:
-            for cm in contexts:
-                b = bm if bm == 1 else max(1, round(bm / math.sqrt(2)))
-                c = cm if cm <= 16 else max(1, round(cm / math.sqrt(2)))
-                q = min(c, 2048) if phase == "prefill" else 1
-                best = None
-                for t, pts in sorted(tactics.items()):  # sorted: ties break alike everywhere
-                    est = estimate(pts, MixPoint(phase, b, c, 1.0, q))
-                    if est is not None and (best is None or est[0] < best[1]):
-                        best = (t, est[0], est[1])
-                if best is not None:
-                    out.append(
-                        DispatchEntry(
-                            phase=phase,
-                            batch_max=bm,
-                            context_max=cm,
-                            tactic=best[0],
-                            latency_us=round(best[1], 2),
-                            source="measured" if best[2] else "interpolated",
-                        )
-                    )
+        for rm, cm, mp in _grid(phase, max_batch, max_context):
+            best = _best_tactic(tactics, mp)
+            if best is not None:
+                tactic, latency, exact = best
+                source = "measured" if exact else "interpolated"
+                out.append(DispatchEntry(phase, rm, cm, tactic, round(latency, 2), source))
     return tuple(out)
 
 

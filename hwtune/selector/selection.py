@@ -35,7 +35,8 @@ class RankedBackend:
 
 @dataclass(frozen=True)
 class DispatchEntry:
-    """Best tactic of the chosen backend for one workload bucket (phase x batch bucket x context bucket)."""
+    """Best tactic of the chosen backend for one workload bucket (phase x row bucket x context bucket); the row
+    is the batch in decode, the chunk (new tokens per request) in prefill, tokens per rank in all2all."""
 
     phase: str
     batch_max: int
@@ -81,11 +82,12 @@ class Selection:
         """The tactic of the first phase (decode for attention): what an engine configures at start."""
         return next(iter(self.tactics.values()), "default")
 
-    def tactic_for(self, phase: str, batch: int, context: int) -> str:
-        """The best measured tactic for one step's shape; falls back to the phase's static tactic."""
+    def tactic_for(self, phase: str, batch: int, context: int, query_len: int | None = None) -> str:
+        """The best measured tactic for one step's shape (a prefill by its chunk, ``query_len``, and context);
+        falls back to the phase's static tactic."""
         from hwtune.selector.dispatch import lookup
 
-        return lookup(self, phase, batch, context)
+        return lookup(self, phase, batch, context, query_len)
 
     def to_dict(self) -> dict[str, Any]:
         return {
