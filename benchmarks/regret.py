@@ -1,8 +1,11 @@
-"""Issue 7's evidence: tune, then measure a separate oracle set, and score selection policies by regret.
+"""Selection's evidence (issues 7 and 17): tune, then measure a separate oracle set, and score policies by regret.
 
-1. ``--quick``: time `hwtune tune --quick` on the Llama-3.1-8B config (first, on a fresh machine, so JIT counts).
-2. Tune the default plan for the same model into train.db (backends FLASHINFER and TRITON_ATTN:auto).
-3. Measure >= 30 other workloads (the oracle set) exhaustively with the same candidates into oracle.db.
+Per model (``--model CONFIG[:TP]``, repeatable; default Llama-3.1-8B at TP 1), into ``OUT/<model>-tp<TP>/``:
+1. ``quick``: time `hwtune tune --quick` on the model (first, on a fresh machine, so JIT counts).
+2. ``default``: tune the model's default plan into train.db (``--backends``, default FLASHINFER and
+   TRITON_ATTN:auto; ``all`` for every valid backend) in one KV layout (``--kv-layout``, default NHD).
+3. ``oracle``: measure >= 30 other workloads (decode batch x context, prefill chunk x cached prefix, between
+   and beyond the plan's points) exhaustively with the same candidates into oracle.db.
 4. Regret of each policy = latency of its (backend, tactic) / the oracle's best, per oracle workload:
    hwtune (measured selection from train.db + its dispatch table), hwtune per phase, the static priority
    list (hwtune without a store), FlashInfer's own auto choice (decode wrapper default = fa2 on CUDA cores,
@@ -10,8 +13,8 @@
    (backend, tactic) per phase in hindsight.
 5. Warm and cold selection latency.
 
-    python benchmarks/regret.py --out DIR [--steps quick,default,oracle,score]   (GPU)
-    python benchmarks/regret.py --out DIR --score-only          (re-score stored results, no GPU)
+    python benchmarks/regret.py --out DIR [--model CONFIG[:TP] ...] [--steps quick,default,oracle,score]  (GPU)
+    python benchmarks/regret.py --out DIR [--model ...] --score-only     (re-score stored results, no GPU)
 """
 
 from __future__ import annotations
@@ -37,20 +40,18 @@ BACKENDS = ("FLASHINFER", "TRITON_ATTN:auto")
 FI_AUTO = {"decode": ("FLASHINFER", "fa2"), "prefill": ("FLASHINFER", "fa3")}
 
 
-def oracle_plan(spec) -> Plan:  # noqa: ANN001
-    """Shapes between and beside the tuning grid's points (none coincides with it)."""
+def oracle_plan(spec, time_cap_s: float = 1.0) -> Plan:  # noqa: ANN001
+    """Shapes between and beside the tuning grid's points (none coincides with it): decode batch x context,
+    prefill chunk x cached prefix; shapes of more than 2M cached tokens are left out."""
     items = []
-    for b in (2, 8, 32, 128):
-        for c in (1000, 3000, 12000, 48000):
+    for b in (1, 2, 8, 32, 48, 128, 200, 400):
+        for c in (700, 3000, 12000, 20000, 48000):
             if b * c <= 2_000_000:
-                items.append(PlanItem(AttentionWorkload(spec, "decode", b, c)))
-    for b in (1, 48, 200):
-        for c in (700, 6000, 20000):
-            items.append(PlanItem(AttentionWorkload(spec, "decode", b, c)))
-    for chunk in (256, 1024, 3000):
-        for prefix in (0, 6000):
+                items.append(PlanItem(AttentionWorkload(spec, "decode", b, c, query_len=spec.query_len_decode)))
+    for chunk in (96, 384, 1536, 3000, 6000):
+        for prefix in (0, 1500, 6000, 30000):
             items.append(PlanItem(AttentionWorkload(spec, "prefill", 1, chunk + prefix, query_len=chunk)))
-    return Plan(name="oracle", items=items, time_cap_s=1.0)
+    return Plan(name="oracle", items=items, time_cap_s=time_cap_s)
 
 
 def tune(plan: Plan, db: Path, backends: tuple[str, ...] | None) -> dict:
@@ -81,6 +82,35 @@ def scores(ratios: list[float]) -> dict:
     }
 
 
+class _StoredEnvironment:
+    """The environment a store's records were measured in, standing in for this machine's (``--as-stored``)."""
+
+    def __init__(self, fingerprint: dict, digest: str) -> None:
+        self._fingerprint, self._hash = fingerprint, digest
+
+    def fingerprint(self) -> dict:
+        return self._fingerprint
+
+    def hash(self) -> str:
+        return self._hash
+
+
+def as_stored(db: Path) -> None:
+    """Score on any machine as the one that measured ``db``: selection reads this process's environment through
+    ``hwtune.core.environment.current_environment``, which is replaced by the store's (one environment only)."""
+    import hwtune.core.environment as environment
+    from hwtune.db.store import Store
+
+    with Store.open(f"sqlite:///{db}", read_only=True, create=False) as store:
+        envs = {
+            (r.environment_hash, json.dumps(r.environment, sort_keys=True)) for r in store.measurements("attention")
+        }
+    if len(envs) != 1:
+        raise SystemExit(f"{db} holds {len(envs)} environments; --as-stored needs exactly one")
+    digest, fingerprint = next(iter(envs))
+    environment.current_environment = lambda device: _StoredEnvironment(json.loads(fingerprint), digest)
+
+
 def score(out: Path, spec, device: str = "auto") -> dict:  # noqa: ANN001
     import hwtune
     from hwtune.db.store import Store
@@ -92,7 +122,7 @@ def score(out: Path, spec, device: str = "auto") -> dict:  # noqa: ANN001
     for r in recs:
         lat[r.workload_key][(r.backend, r.tactic)] = r.stats.median_us
         w = r.workload
-        shape[r.workload_key] = (w["phase"], w["batch"], w["context_len"])
+        shape[r.workload_key] = (w["phase"], w["batch"], w["context_len"], w.get("query_len", 1))
     sim = device != "auto"  # scoring synthetic stores for a simulated device (tests of this script)
     sel = hwtune.select_attention(
         spec,
@@ -107,22 +137,29 @@ def score(out: Path, spec, device: str = "auto") -> dict:  # noqa: ANN001
     detail = []
     fixed: dict[str, dict[tuple[str, str], list[float]]] = defaultdict(lambda: defaultdict(list))
     for key, cands in lat.items():
-        phase, batch, ctx = shape[key]
+        phase, batch, ctx, q = shape[key]
         best = min(cands.values())
         for cand, v in cands.items():
             fixed[phase][cand].append(v / best)
         choice = {
-            "hwtune": (sel.backend, sel.tactic_for(phase, batch, ctx)),
+            "hwtune": (sel.backend, sel.tactic_for(phase, batch, ctx, q)),
             "hwtune_per_phase": (
                 sel.per_phase.get(phase, sel.backend),
-                sel.tactic_for(phase, batch, ctx)
+                sel.tactic_for(phase, batch, ctx, q)
                 if sel.per_phase.get(phase, sel.backend) == sel.backend
                 else dict(next(r.tactics for r in sel.ranked if r.backend == sel.per_phase[phase]))[phase],
             ),
             "static": (static.backend, static.tactics[phase]),
             "flashinfer_auto": FI_AUTO[phase],
         }
-        row = {"phase": phase, "batch": batch, "context": ctx, "best": min(cands, key=cands.get), "best_us": best}
+        row = {
+            "phase": phase,
+            "batch": batch,
+            "context": ctx,
+            "query_len": q,
+            "best": min(cands, key=cands.get),
+            "best_us": best,
+        }
         for name, cand in choice.items():
             v = cands.get(cand)
             ratio = v / best if v is not None else float("inf")
@@ -200,59 +237,92 @@ def latencies(out: Path, spec) -> dict:  # noqa: ANN001
     }
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument(
-        "--steps",
-        default="quick,default,oracle,score",
-        help="comma-separated subset of quick, default, oracle, score (results accumulate in regret.json)",
-    )
-    p.add_argument("--score-only", action="store_true")
-    p.add_argument("--device", default="auto", help="score for a simulated device (synthetic stores)")
-    args = p.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    spec = attention_spec(load_model_config(MODEL))
-    result_file = args.out / "regret.json"
-    result = json.loads(result_file.read_text()) if result_file.exists() else {}
-    result["date"] = time.strftime("%Y-%m-%d")
-    steps = set(args.steps.split(","))
-    if not args.score_only:
-        from hwtune.core.detect import detect
+def _models(args: argparse.Namespace) -> list[tuple[Path, int, Path]]:
+    """(config, tp, output folder) per ``--model CONFIG[:TP]``."""
+    out = []
+    for entry in args.model or [str(MODEL)]:
+        path, _, tp = entry.partition(":")
+        cfg = Path(path)
+        out.append((cfg, int(tp or 1), args.out / f"{cfg.stem}-tp{tp or 1}"))
+    return out
 
-        profile = detect()
-        result["device"] = profile.describe()
-        if "quick" in steps:
-            quick = plan_from_model(MODEL, kinds=["attention"], quick=True, device=profile)
-            result["quick_tune"] = tune(quick, args.out / "quick.db", None)
-            print("quick", result["quick_tune"], flush=True)
-        if "default" in steps:
-            plan = plan_from_model(MODEL, kinds=["attention"], device=profile)
-            result["default_tune"] = {
-                **tune(plan, args.out / "train.db", BACKENDS),
-                "workloads": len(plan.items),
-                "backends": list(BACKENDS),
-            }
-            print("default", result["default_tune"], flush=True)
-        if "oracle" in steps:
-            result["oracle_tune"] = tune(oracle_plan(spec), args.out / "oracle.db", BACKENDS)
-            print("oracle", result["oracle_tune"], flush=True)
-        result_file.write_text(json.dumps(result, indent=2))
-    if "score" not in steps:
-        return 0
-    result.update(score(args.out, spec, args.device))
-    if args.device == "auto":
-        result["latency"] = latencies(args.out, spec)
-    result_file.write_text(json.dumps(result, indent=2))
+
+def measure_model(cfg: Path, tp: int, out: Path, steps: set[str], args: argparse.Namespace, result: dict) -> None:
+    """Steps quick, default and oracle for one model into ``out`` (GPU)."""
+    from hwtune.core.detect import detect
+
+    profile = detect()
+    backends = None if args.backends == "all" else tuple(args.backends.split(","))
+    overrides = {"kv_layout": args.kv_layout}
+    result["device"] = profile.describe()
+    if "quick" in steps:
+        quick = plan_from_model(cfg, tp=tp, kinds=["attention"], quick=True, device=profile)
+        result["quick_tune"] = tune(quick, out / "quick.db", None)
+        print("quick", result["quick_tune"], flush=True)
+    if "default" in steps:
+        plan = plan_from_model(cfg, tp=tp, kinds=["attention"], device=profile, attention_overrides=overrides)
+        result["default_tune"] = {
+            **tune(plan, out / "train.db", backends),
+            "workloads": len(plan.items),
+            "backends": list(backends or ["all"]),
+        }
+        print("default", result["default_tune"], flush=True)
+    if "oracle" in steps:
+        spec = attention_spec(load_model_config(cfg), tp, **overrides)
+        result["oracle_tune"] = tune(oracle_plan(spec, args.oracle_time_cap), out / "oracle.db", backends)
+        print("oracle", result["oracle_tune"], flush=True)
+
+
+def report(cfg: Path, tp: int, result: dict) -> None:
+    """One model's policies, printed."""
+    print(f"== {cfg.stem} tp{tp}: {result['selection']['backend']} per phase {result['selection']['per_phase']}")
     for name, s in result["policies"].items():
         print(f"{name:20s} geomean {s['geomean']:.4f}  p95 {s['p95']:.4f}  worst {s['worst']:.4f}  n {s['n']}")
-    print("selection", result["selection"]["backend"], result["selection"]["per_phase"])
     lat = result.get("latency")
     if lat:
         print(
             f"warm select {lat['warm_select_us']} us, tactic_for {lat['tactic_for_us']} us, cold in-process "
             f"{lat['cold_in_process_ms_median']} ms, cold process wall {lat['cold_process_wall_ms_median']} ms"
         )
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--model", action="append", help="config.json[:TP]; repeat for several models")
+    p.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated, or 'all'")
+    p.add_argument("--kv-layout", default="NHD", help="the layout tuned and scored (NHD, HND or auto)")
+    p.add_argument("--oracle-time-cap", type=float, default=1.0, help="seconds of timing per oracle candidate")
+    p.add_argument(
+        "--steps",
+        default="quick,default,oracle,score",
+        help="comma-separated subset of quick, default, oracle, score, latency (results accumulate in regret.json)",
+    )
+    p.add_argument("--score-only", action="store_true")
+    p.add_argument("--device", default="auto", help="score for a simulated device (synthetic stores)")
+    p.add_argument(
+        "--as-stored", action="store_true", help="with --score-only: score as the machine that measured train.db"
+    )
+    args = p.parse_args()
+    steps = set(args.steps.split(","))
+    for cfg, tp, out in _models(args):
+        out.mkdir(parents=True, exist_ok=True)
+        result_file = out / "regret.json"
+        result = json.loads(result_file.read_text()) if result_file.exists() else {}
+        result.update(date=time.strftime("%Y-%m-%d"), model=cfg.name, tp=tp, kv_layout=args.kv_layout)
+        if not args.score_only:
+            measure_model(cfg, tp, out, steps, args, result)
+            result_file.write_text(json.dumps(result, indent=2))
+        if "score" not in steps and not args.score_only:
+            continue
+        spec = attention_spec(load_model_config(cfg), tp, kv_layout=args.kv_layout)
+        if args.as_stored:
+            as_stored(out / "train.db")
+        result.update(score(out, spec, args.device))
+        if args.device == "auto" and "latency" in steps:
+            result["latency"] = latencies(out, spec)
+        result_file.write_text(json.dumps(result, indent=2))
+        report(cfg, tp, result)
     return 0
 
 

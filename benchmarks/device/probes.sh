@@ -69,15 +69,16 @@ for section in "$@"; do
       python3 -m hwtune show --db "sqlite:///$DB" 2>&1 | tail -20
       python3 -m hwtune db export "$OUT/probes_gaps.jsonl" --db "sqlite:///$DB" 2>&1 | tail -2 ;;
     latency)
-      R=/tmp/regret; mkdir -p $R
+      R=/tmp/regret/llama-3.1-8b-tp1; mkdir -p $R  # those stores were tuned with kv_layout auto (measured NHD)
       python3 -m hwtune db import benchmarks/results/tune_train_h100_2026-11-21.jsonl --db "sqlite:///$R/train.db" | tail -1
       python3 -m hwtune db import benchmarks/results/tune_oracle_h100_2026-11-21.jsonl --db "sqlite:///$R/oracle.db" | tail -1
-      timeout 120 python3 benchmarks/regret.py --out $R --steps score 2>&1 | tail -8
+      timeout 120 python3 benchmarks/regret.py --out /tmp/regret --kv-layout auto --score-only --steps score,latency 2>&1 | tail -8
       cp $R/regret.json "$OUT/selection_latency.json" ;;
     regret)
+      R="$OUT/regret/llama-3.1-8b-tp1"
       timeout 560 python3 benchmarks/regret.py --out "$OUT/regret" 2>&1 | tail -12
-      python3 -m hwtune db export "$OUT/tune_train.jsonl" --db "sqlite:///$OUT/regret/train.db" 2>&1 | tail -1
-      python3 -m hwtune db export "$OUT/tune_oracle.jsonl" --db "sqlite:///$OUT/regret/oracle.db" 2>&1 | tail -1 ;;
+      python3 -m hwtune db export "$OUT/tune_train.jsonl" --db "sqlite:///$R/train.db" 2>&1 | tail -1
+      python3 -m hwtune db export "$OUT/tune_oracle.jsonl" --db "sqlite:///$R/oracle.db" 2>&1 | tail -1 ;;
   esac
 done
 if [ $printed = 1 ]; then

@@ -256,11 +256,18 @@ def _log(x: float) -> float:
 
 
 def _coords(phase: str, batch: int, context: int, query_len: int) -> tuple[float, float]:
-    """Where a shape lies for interpolation: decode by (batch, context); prefill by (new tokens, context), since a
-    prefill's cost follows its chunk as much as its context (log2 of each)."""
+    """Where a shape lies for interpolation (log2): decode by (batch, context); prefill by (new tokens, context
+    per new token), since which kernel wins follows the chunk and how much cached prefix it attends to (a short
+    chunk on a long prefix is another regime from a chunk on an empty cache). Latency grows along both axes."""
     if phase == "prefill":
-        return _log(batch * query_len), _log(context)
+        return _log(batch * query_len), _log(context / max(1, query_len))
     return _log(batch), _log(context)
+
+
+def _order(phase: str, batch: int, context: int, query_len: int) -> tuple[int, int]:
+    """The axes along which latency never falls: (batch, context) in decode, (new tokens, context) in prefill
+    (at a fixed context a longer chunk attends more query rows to nearly as many keys)."""
+    return (batch * query_len if phase == "prefill" else batch), context
 
 
 def _fit(near: list[tuple[tuple[float, float], float]], x: float, y: float) -> float:
@@ -279,10 +286,12 @@ def _fit(near: list[tuple[tuple[float, float], float]], x: float, y: float) -> f
 def estimate(points: Sequence[Point], mp: MixPoint) -> tuple[float, bool, float] | None:
     """(latency_us, exact, confidence) at ``mp`` from one tactic's points of the same phase.
 
-    Latency never falls as a shape grows, so an estimate lies between the slowest measured point the shape
-    dominates and the fastest measured point that dominates it (in batch or chunk, and context). Below the
-    measured range it is the fastest dominating point (never an optimistic guess under anything measured);
-    beyond it, the fit, no lower than what the shape dominates. Confidence halves outside the measured box."""
+    The fit uses the nearest shapes in ``_coords`` (for a prefill: chunk and context per new token, so a short
+    chunk on a long prefix is interpolated from such shapes). Latency never falls as a shape grows
+    (``_order``), so an estimate lies between the slowest measured point the shape dominates and the fastest
+    measured point that dominates it. Below the measured range it is the fastest dominating point (never an
+    optimistic guess under anything measured); beyond it, the fit, no lower than what the shape dominates.
+    Confidence halves outside the measured box."""
     pool = list(points)
     if mp.phase != "prefill":  # decode: the engine's query tokens per request (1 + spec) where measured
         pool = [p for p in points if p.query_len == mp.query_len] or pool
@@ -295,8 +304,10 @@ def estimate(points: Sequence[Point], mp: MixPoint) -> tuple[float, bool, float]
     pts = [(_coords(mp.phase, p.batch, p.context, p.query_len), p.latency_us) for p in pool]
     near = sorted(pts, key=lambda pt: (pt[0][0] - x) ** 2 + (pt[0][1] - y) ** 2)[:NEIGHBOURS]
     val = 2.0 ** _fit(near, x, y)
-    below = [lat for (cx, cy), lat in pts if cx <= x and cy <= y]
-    above = [lat for (cx, cy), lat in pts if cx >= x and cy >= y]
+    rx, ry = _order(mp.phase, mp.batch, mp.context, mp.query_len)
+    order = [(_order(mp.phase, p.batch, p.context, p.query_len), p.latency_us) for p in pool]
+    below = [lat for (ox, oy), lat in order if ox <= rx and oy <= ry]
+    above = [lat for (ox, oy), lat in order if ox >= rx and oy >= ry]
     if below:
         val = max(val, max(below))
     if above:
@@ -407,10 +418,15 @@ def _box(tactics: Mapping[str, Sequence[Point]], phase: str) -> tuple[float, flo
     return min(xs), max(xs), min(ys), max(ys)
 
 
+#: Tactics within this factor of the best at the nearest measured shape count as tied there.
+TIE = 1.05
+
+
 def _robust(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> str | None:
-    """Beyond the measured range: the tactic whose worst ratio to the best tactic is smallest over the measured
-    shapes at the edge nearest ``mp`` (every tactic measured there; within one doubling of the nearest), so a
-    1 % winner at the edge is not extended blindly where a neighbour shows it losing. None inside the range."""
+    """Beyond the measured range: the winner at the nearest measured edge shape (every tactic measured there);
+    where tactics tie there (within ``TIE``), the one whose worst ratio to the best is smallest over the measured
+    shapes within one doubling, so a 1 % winner at the edge is not extended where a neighbour shows it losing.
+    None inside the range."""
     x0, x1, y0, y1 = _box(tactics, mp.phase)
     x, y = _coords(mp.phase, mp.batch, mp.context, mp.query_len)
     edge = (min(max(x, x0), x1), min(max(y, y0), y1))
@@ -420,10 +436,13 @@ def _robust(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> str | None:
     dist = {k: math.dist(_coords(mp.phase, *k), edge) for k in shared}
     if not dist:
         return None
-    nearest = sorted((k for k in dist if dist[k] <= min(dist.values()) + 1.0), key=dist.get)[:ROBUST_NEIGHBOURS]
     lat = {t: {(p.batch, p.context, p.query_len): p.latency_us for p in pts} for t, pts in tactics.items()}
-    worst = {t: max(lat[t][k] / min(lat[o][k] for o in tactics) for k in nearest) for t in sorted(tactics)}
-    return min(worst, key=lambda t: worst[t])
+    nearest = sorted(dist, key=lambda k: (dist[k], k))
+    at_edge = {t: lat[t][nearest[0]] for t in sorted(tactics)}
+    tied = [t for t in at_edge if at_edge[t] <= TIE * min(at_edge.values())]
+    hood = [k for k in nearest if dist[k] <= dist[nearest[0]] + 1.0][:ROBUST_NEIGHBOURS]
+    worst = {t: max(lat[t][k] / min(lat[o][k] for o in tactics) for k in hood) for t in tied}
+    return min(worst, key=lambda t: (worst[t], at_edge[t]))
 
 
 def _best_tactic(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> tuple[str, float, bool] | None:

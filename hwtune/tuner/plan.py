@@ -35,7 +35,7 @@ MEMORY_FRACTION = 0.35
 # Grids. Coarse points come first; refinement points sit between them (log-spaced).
 DECODE_BATCH = {"coarse": (1, 16, 256), "refine": (4, 64, 512)}
 DECODE_CONTEXT = {"coarse": (512, 8192, 131072), "refine": (2048, 32768)}
-PREFILL_CHUNK = {"coarse": (512, 8192), "refine": (2048,)}
+PREFILL_CHUNK = {"coarse": (128, 512, 8192), "refine": (2048,)}  # 128: short prompts and chunk tails
 PREFILL_PREFIX = {"coarse": (0, 32768), "refine": (8192,)}
 A2A_TOKENS = {"coarse": (1, 64, 1024, 8192), "refine": (8, 256, 4096)}
 QUICK_DECODE_BATCH, QUICK_DECODE_CONTEXT = (1, 64), (2048, 32768)
