@@ -36,7 +36,7 @@ from hwtune.core.types import AttentionWorkload  # noqa: E402
 from hwtune.tuner.plan import Plan, PlanItem, plan_from_model  # noqa: E402
 
 MODEL = Path(__file__).resolve().parents[1] / "tests" / "data" / "models" / "llama-3.1-8b.json"
-BACKENDS = ("FLASHINFER", "TRITON_ATTN:auto")
+BACKENDS = ("FLASHINFER", "HWTUNE_TRITON_ATTN:auto")
 FI_AUTO = {"decode": ("FLASHINFER", "fa2"), "prefill": ("FLASHINFER", "fa3")}
 
 

@@ -4,6 +4,8 @@
 ``hwtune.select_attention(...)`` / ``hwtune.select_all2all(...)`` at start.
 """
 
+import logging
+
 from hwtune._version import __version__
 from hwtune.core.devices import DeviceProfile
 from hwtune.core.errors import (
@@ -16,6 +18,9 @@ from hwtune.core.errors import (
 from hwtune.core.types import All2AllSpec, All2AllWorkload, AttentionSpec, AttentionWorkload
 from hwtune.core.validation import validate
 from hwtune.selector import RankedBackend, Selection, select_all2all, select_attention
+
+# A library logs and lets the application decide where it goes (the CLI's -v/-q do; logging.basicConfig does).
+logging.getLogger("hwtune").addHandler(logging.NullHandler())
 
 __all__ = [
     "__version__",

@@ -39,7 +39,8 @@ ALLOWED = {
     "kernels": {"kernels"},
     "probes": {"core", "probes", "kernels", "_version"},
     "tuner": {"core", "probes", "db", "selector", "tuner", "_version"},
-    "cli": {"core", "probes", "db", "selector", "tuner", "cli", "_version", ""},
+    "serve": {"core", "selector", "db", "serve", "_version"},
+    "cli": {"core", "probes", "db", "selector", "tuner", "serve", "cli", "_version", ""},
 }
 
 

@@ -95,12 +95,12 @@ def attention(
     backend: str = typer.Option(..., "--backend", "-b", help="Backend to measure, e.g. FLASHINFER."),
     tactic: Optional[str] = typer.Option(None, "--tactic", "-t", help="One tactic (default: every valid one)."),
     phase: str = typer.Option("decode", "--phase", help="decode, prefill or mixed."),
-    batch: int = typer.Option(8, "--batch"),
-    context: int = typer.Option(4096, "--context", help="KV tokens per request (cached plus new)."),
+    batch: int = typer.Option(8, "--batch", min=1),
+    context: int = typer.Option(4096, "--context", min=1, help="KV tokens per request (cached plus new)."),
     query_len: Optional[int] = typer.Option(
-        None, "--query-len", help="New tokens per request (prefill chunk; decode: 1 + spec tokens)."
+        None, "--query-len", min=1, help="New tokens per request (prefill chunk; decode: 1 + spec tokens)."
     ),
-    num_prefill: int = typer.Option(1, "--num-prefill", help="Prefill requests in a mixed batch."),
+    num_prefill: int = typer.Option(1, "--num-prefill", min=1, help="Prefill requests in a mixed batch."),
     model: Optional[Path] = S.ModelOpt,
     tp: int = S.TpOpt,
     num_heads: Optional[int] = S.NumHeadsOpt,
@@ -119,8 +119,8 @@ def attention(
     soft_cap: Optional[float] = S.SoftCapOpt,
     mla: bool = S.MlaOpt,
     device: str = typer.Option("auto", "--device", help="cuda, cpu, or auto (cuda when NVML sees a GPU)."),
-    time_cap: float = typer.Option(3.0, "--time-cap", help="Seconds of timing per candidate at most."),
-    timeout: float = typer.Option(600.0, "--timeout", help="Seconds before a candidate is killed as hung."),
+    time_cap: float = typer.Option(3.0, "--time-cap", min=0.01, help="Seconds of timing per candidate at most."),
+    timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Seconds before a candidate is killed as hung."),
     seed: int = typer.Option(0, "--seed"),
     json_out: bool = JsonOpt,
 ) -> None:

@@ -98,13 +98,17 @@ def all2all(
         help="Backend to measure (repeat, comma-separate, or 'all'). One named here whose only catalogue "
         "rejection is its activation-dtype rule is measured anyway: its correctness gate decides.",
     ),
-    world_size: int = typer.Option(..., "--world-size", "-n", help="Ranks = EP size (one GPU per rank on CUDA)."),
-    tokens_per_rank: list[int] = typer.Option(
-        [128], "--tokens-per-rank", "-t", help="Tokens per rank (repeat to sweep)."
+    world_size: int = typer.Option(
+        ..., "--world-size", "-n", min=1, help="Ranks = EP size (one GPU per rank on CUDA)."
     ),
-    hidden_size: int = typer.Option(2048, "--hidden-size", help="Hidden size of each token."),
-    topk: int = typer.Option(8, "--topk", help="Experts per token."),
-    num_experts: int | None = typer.Option(None, "--num-experts", help="Experts in total (default 64, or 8 per rank)."),
+    tokens_per_rank: list[int] = typer.Option(
+        [128], "--tokens-per-rank", "-t", min=1, help="Tokens per rank (repeat to sweep)."
+    ),
+    hidden_size: int = typer.Option(2048, "--hidden-size", min=1, help="Hidden size of each token."),
+    topk: int = typer.Option(8, "--topk", min=1, help="Experts per token."),
+    num_experts: int | None = typer.Option(
+        None, "--num-experts", min=1, help="Experts in total (default 64, or 8 per rank)."
+    ),
     quant_dtype: str = typer.Option(
         "bf16", "--quant-dtype", help="Dispatch payload: bf16, fp8 (128-wide block scales) or nvfp4."
     ),
@@ -115,10 +119,11 @@ def all2all(
     timeout: float = typer.Option(
         300.0,
         "--timeout",
+        min=1.0,
         help="Seconds a workload may take before its process group is killed "
         "(the first includes FlashInfer JIT builds).",
     ),
-    time_cap: float = typer.Option(10.0, "--time-cap", help="Seconds of timed iterations per workload."),
+    time_cap: float = typer.Option(10.0, "--time-cap", min=0.01, help="Seconds of timed iterations per workload."),
     capacity_factor: float | None = typer.Option(
         None,
         "--capacity-factor",

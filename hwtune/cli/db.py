@@ -6,7 +6,9 @@ imported inside the commands so that ``hwtune --help`` does not pay for SQLAlche
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -27,7 +29,8 @@ app = typer.Typer(
 DbOpt = typer.Option(
     None,
     "--db",
-    help="Store URL or SQLite path; default HWTUNE_DATABASE_URL, else the per-user SQLite file.",
+    envvar="HWTUNE_DATABASE_URL",
+    help="Store URL or SQLite path; default: the per-user SQLite file.",
     show_default=False,
 )
 
@@ -105,15 +108,32 @@ def export(
         if file == "-":
             count = export_jsonl(store, sys.stdout, kind=kind)
         else:
-            target = Path(file)
-            tmp = target.with_name(target.name + ".partial")
-            with tmp.open("w", encoding="utf-8") as out:
-                count = export_jsonl(store, out, kind=kind)
-            tmp.replace(target)  # a reader never sees half a file
+            count = _export_atomically(store, Path(file), kind)
     if json_out and file != "-":
         emit_json({"file": file, "count": count})
     else:
         console.print(f"exported {count} measurements from {store.masked_url} to {file}", markup=False)
+
+
+def _export_atomically(store: "Store", target: Path, kind: Optional[str]) -> int:
+    """Export into a temporary file beside ``target`` and move it into place: a reader never sees half a file, and
+    a failed export leaves neither a partial file nor an earlier one changed."""
+    from hwtune.db.transfer import export_jsonl
+
+    folder = target.parent
+    if not folder.is_dir():
+        raise StoreDataError(f"cannot export to {target}: the folder {folder} does not exist (create it first)")
+    if target.is_dir():
+        raise StoreDataError(f"cannot export to {target}: it is a folder; name a file, e.g. {target / 'hwtune.jsonl'}")
+    fd, name = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            count = export_jsonl(store, out, kind=kind)
+        os.replace(name, target)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+    return count
 
 
 @app.command("import")

@@ -2,15 +2,44 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from hwtune.cli.common import JsonOpt, console, emit_json, guarded
+from hwtune.cli.common import JsonOpt, console, emit_json, guarded, winners_table
 from hwtune.core.errors import InvalidSpecError
 from hwtune.core.records import STATUSES
+
+
+class Kind(str, Enum):
+    """What ``--kind`` takes."""
+
+    attention = "attention"
+    all2all = "all2all"
+
+
+class Phase(str, Enum):
+    """What ``--phase`` takes."""
+
+    decode = "decode"
+    prefill = "prefill"
+    mixed = "mixed"
+
+
+#: What ``--status`` takes: the record statuses.
+Status = Enum("Status", {s: s for s in STATUSES}, type=str)  # type: ignore[misc]
+KindOpt = typer.Option(None, "--kind", help="Only attention or all2all.")
+DbOpt = typer.Option(
+    None, "--db", envvar="HWTUNE_DATABASE_URL", help="Store URL (default: a SQLite file in the user data directory)."
+)
+
+
+def _value(choice: Enum | None) -> str | None:
+    return None if choice is None else str(choice.value)
 
 
 def _records(
@@ -41,42 +70,29 @@ def _records(
 
 @guarded
 def show(
-    kind: Optional[str] = typer.Option(None, "--kind", help="attention or all2all."),
+    kind: Optional[Kind] = KindOpt,
     backend: Optional[str] = typer.Option(None, "--backend"),
-    status: Optional[str] = typer.Option(
-        None, "--status", help="ok, wrong_answer, crashed, timeout, unsupported, error."
-    ),
-    phase: Optional[str] = typer.Option(None, "--phase", help="decode, prefill or mixed."),
+    status: Optional[Status] = typer.Option(None, "--status", help="Only records of this status."),  # type: ignore[valid-type]
+    phase: Optional[Phase] = typer.Option(None, "--phase", help="Only attention workloads of this phase."),
     this_env: bool = typer.Option(False, "--this-env", help="Only measurements from this machine's environment."),
     run: Optional[str] = typer.Option(None, "--run", help="Only one tuning run's measurements."),
     winners_only: bool = typer.Option(False, "--winners", help="One row per workload: its fastest candidate."),
-    limit: int = typer.Option(200, "--limit", help="At most this many rows (newest last)."),
-    db: Optional[str] = typer.Option(None, "--db", help="Store URL (default: HWTUNE_DATABASE_URL, else local SQLite)."),
+    limit: int = typer.Option(200, "--limit", min=1, help="At most this many rows (newest last)."),
+    db: Optional[str] = DbOpt,
     json_out: bool = JsonOpt,
 ) -> None:
     """Stored measurements as a table (or JSON), filterable."""
     from hwtune.tuner.report import winners, workload_label
 
-    recs = _records(db, kind, backend, status, this_env, run)
+    recs = _records(db, _value(kind), backend, _value(status), this_env, run)
     if phase is not None:
-        recs = [r for r in recs if r.workload.get("phase") == phase]
+        recs = [r for r in recs if r.workload.get("phase") == phase.value]
     if winners_only:
         rows = [w.to_dict() for w in winners(recs)]
         if json_out:
             emit_json(rows)
             return
-        table = Table(title="winners")
-        for col in ("workload", "winner", "median us", "runner-up", "margin"):
-            table.add_column(col)
-        for w in rows:
-            table.add_row(
-                w["label"],
-                f"{w['backend']}/{w['tactic']}",
-                f"{w['median_us']:.2f}",
-                w["runner_up"] or "",
-                f"+{w['margin']:.1%}" if w["margin"] is not None else "",
-            )
-        console.print(table)
+        console.print(winners_table(rows, title="winners"))
         return
     recs = recs[-limit:]
     if json_out:
@@ -89,7 +105,7 @@ def show(
         s = r.stats
         table.add_row(
             f"{r.created_at:%Y-%m-%d %H:%M}",
-            workload_label(r)[1],
+            Text(workload_label(r)[1]),  # "[h32/8/128, ...]" is data, not rich markup
             r.backend,
             r.tactic,
             r.status,
@@ -101,13 +117,29 @@ def show(
     console.print(table)
 
 
+def _check_out(out: Path, overwrite: bool) -> None:
+    """Refuse an ``--out`` that is a file, or a folder holding earlier output (unless ``overwrite``)."""
+    if out.exists() and not out.is_dir():
+        raise InvalidSpecError(f"--out {out} is a file, not a folder: give a folder for index.html and the plots")
+    earlier = (
+        sorted(p.name for p in out.glob("*") if p.name == "index.html" or p.suffix == ".png") if out.is_dir() else []
+    )
+    if earlier and not overwrite:
+        shown = ", ".join(earlier[:4]) + (f" and {len(earlier) - 4} more" if len(earlier) > 4 else "")
+        raise InvalidSpecError(
+            f"--out {out} already holds a report ({shown}); choose a new folder, or add --overwrite to replace it"
+        )
+
+
 @guarded
 def report(
-    out: Path = typer.Option(..., "--out", help="Folder for index.html and the PNG plots."),
-    kind: Optional[str] = typer.Option(None, "--kind"),
+    out: Path = typer.Option(..., "--out", help="Folder for index.html and the PNG plots (new, or empty)."),
+    kind: Optional[Kind] = KindOpt,
     this_env: bool = typer.Option(False, "--this-env", help="Only this machine's environment."),
-    run: Optional[str] = typer.Option(None, "--run"),
-    db: Optional[str] = typer.Option(None, "--db"),
+    run: Optional[str] = typer.Option(None, "--run", help="Only one tuning run's measurements."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the report already in --out."),
+    db: Optional[str] = DbOpt,
+    json_out: bool = JsonOpt,
 ) -> None:
     """Write PNG plots and an HTML page of stored results, with the environment each came from."""
     try:
@@ -116,9 +148,16 @@ def report(
         raise InvalidSpecError("hwtune report needs matplotlib: pip install 'hwtune[plot]'") from None
     from hwtune.tuner.plots import write_report
 
-    recs = _records(db, kind, None, None, this_env, run)
+    _check_out(out, overwrite)
+    recs = _records(db, _value(kind), None, None, this_env, run)
     if not recs:
         raise InvalidSpecError("no stored measurements match: run `hwtune tune` first, or relax the filters")
-    page = write_report(recs, out)
+    try:
+        page = write_report(recs, out)
+    except OSError as exc:
+        raise InvalidSpecError(f"cannot write the report into {out}: {exc.strerror or exc}") from None
+    if json_out:
+        emit_json({"page": str(page), "measurements": len(recs)})
+        return
     console.print(f"wrote {page} ({len(recs)} measurements)")
     print(page)

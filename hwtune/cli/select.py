@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -35,13 +36,20 @@ FormatOpt = typer.Option(Format.text, "--format", help="text, json, or the engin
 DbOpt = typer.Option(
     None,
     "--db",
-    help="Store to rank from (default: HWTUNE_DATABASE_URL, else the local store; 'none' for static priorities only).",
+    envvar="HWTUNE_DATABASE_URL",
+    help="Store to rank from (default: the local store; 'none' for static priorities only).",
 )
-MaxSeqsOpt = typer.Option(256, "--max-num-seqs", help="The engine's largest decode batch (workload mix).")
+MaxSeqsOpt = typer.Option(256, "--max-num-seqs", min=1, help="The engine's largest decode batch (workload mix).")
 ProfileOpt = typer.Option(
     "balanced", "--profile", help="decode-heavy, balanced, prefill-heavy, or a JSON/TOML file of mix weights."
 )
 PerPhaseOpt = typer.Option(False, "--per-phase", help="Also recommend a decode and a prefill backend separately.")
+EngineOpt = typer.Option(
+    "vllm", "--engine", help="The engine to configure: vllm, sglang, or none (hwtune's own catalogue and kernels)."
+)
+EngineVersionOpt = typer.Option(
+    None, "--engine-version", help="Its version (default: the newest hwtune has a snapshot of; docs/engines.md)."
+)
 
 
 def _db(db: Optional[str]) -> str | bool | None:
@@ -91,7 +99,7 @@ def attention(
     head_size: Optional[int] = S.HeadSizeOpt,
     dtype: Optional[str] = S.DtypeOpt,
     kv_cache_dtype: str = S.KvDtypeOpt,
-    block_size: int = S.BlockSizeOpt,
+    block_size: Optional[int] = S.SelectBlockSizeOpt,
     kv_layout: str = S.KvLayoutOpt,
     dcp: int = S.DcpOpt,
     pcp: int = S.PcpOpt,
@@ -106,14 +114,16 @@ def attention(
     backend: Optional[str] = BackendOpt,
     db: Optional[str] = DbOpt,
     max_num_seqs: int = MaxSeqsOpt,
-    max_model_len: int = typer.Option(32768, "--max-model-len", help="The engine's longest context (mix)."),
+    max_model_len: int = typer.Option(32768, "--max-model-len", min=1, help="The engine's longest context (mix)."),
     profile: str = ProfileOpt,
     per_phase: bool = PerPhaseOpt,
+    engine: str = EngineOpt,
+    engine_version: Optional[str] = EngineVersionOpt,
     explain: bool = ExplainOpt,
     fmt: Format = FormatOpt,
     json_out: bool = JsonOpt,
 ) -> None:
-    """Select the attention backend for a model (--model) or explicit head counts."""
+    """Select the attention backend for a model (--model) or explicit head counts, for an engine and version."""
     spec = S.build_attention_spec(
         model,
         tp,
@@ -122,7 +132,7 @@ def attention(
         head_size,
         dtype,
         kv_cache_dtype,
-        block_size,
+        block_size or 16,
         kv_layout,
         dcp,
         pcp,
@@ -133,6 +143,8 @@ def attention(
         mla,
         cp_interleave,
     )
+    if block_size is None:  # none given: the engine runs each backend at its own size (docs/engines.md)
+        spec = dataclasses.replace(spec, block_size=None)
     _print(
         select_attention(
             spec,
@@ -143,6 +155,8 @@ def attention(
             max_num_seqs=max_num_seqs,
             max_model_len=max_model_len,
             profile=profile,
+            engine=engine,
+            engine_version=engine_version,
         ),
         json_out,
         explain,
@@ -155,17 +169,17 @@ def attention(
 @guarded
 def all2all(
     model: Optional[Path] = S.ModelOpt,
-    ep_size: int = typer.Option(8, "--ep-size", help="Expert-parallel size."),
-    num_experts: Optional[int] = typer.Option(None, "--num-experts"),
-    topk: Optional[int] = typer.Option(None, "--topk"),
-    hidden_size: Optional[int] = typer.Option(None, "--hidden-size"),
+    ep_size: int = typer.Option(8, "--ep-size", min=1, help="Expert-parallel size."),
+    num_experts: Optional[int] = typer.Option(None, "--num-experts", min=1),
+    topk: Optional[int] = typer.Option(None, "--topk", min=1),
+    hidden_size: Optional[int] = typer.Option(None, "--hidden-size", min=1),
     quant_dtype: Optional[str] = typer.Option(
         None,
         "--quant-dtype",
         help="Activations dispatched to the experts: bf16, fp8, nvfp4, mxfp8, ... (default: what --model's "
         "quantization config dispatches, else bf16).",
     ),
-    num_nodes: int = typer.Option(1, "--num-nodes", help="Nodes the EP group spans."),
+    num_nodes: int = typer.Option(1, "--num-nodes", min=1, help="Nodes the EP group spans."),
     device: str = DeviceOpt,
     assume_installed: bool = AssumeInstalledOpt,
     backend: Optional[str] = BackendOpt,

@@ -12,26 +12,37 @@ from hwtune.core.model_config import attention_spec, load_model_config
 from hwtune.core.types import AttentionSpec
 
 ModelOpt = typer.Option(None, "--model", "-m", help="Hugging Face config.json (or its folder).")
-TpOpt = typer.Option(1, "--tp", help="Tensor-parallel size: heads are divided as engines divide them.")
-NumHeadsOpt = typer.Option(None, "--num-heads", help="Query heads per rank.")
-NumKvHeadsOpt = typer.Option(None, "--num-kv-heads", help="KV heads per rank.")
-HeadSizeOpt = typer.Option(None, "--head-size")
+TpOpt = typer.Option(1, "--tp", min=1, help="Tensor-parallel size: heads are divided as engines divide them.")
+NumHeadsOpt = typer.Option(None, "--num-heads", min=1, help="Query heads per rank.")
+NumKvHeadsOpt = typer.Option(None, "--num-kv-heads", min=1, help="KV heads per rank.")
+HeadSizeOpt = typer.Option(None, "--head-size", min=1)
 DtypeOpt = typer.Option(None, "--dtype", help="bfloat16 (default) or float16, float32.")
 KvDtypeOpt = typer.Option(
-    "auto", "--kv-cache-dtype", help="auto, bfloat16, float16, fp8 (e4m3), fp8_e5m2, turboquant_4bit, turboquant_8bit."
+    "auto",
+    "--kv-cache-dtype",
+    help="auto, bfloat16, float16, fp8 (e4m3), fp8_e5m2, an engine's own names (vLLM: turboquant_k8v4, nvfp4, ...), "
+    "or hwtune's turboquant_4bit, turboquant_8bit.",
 )
-BlockSizeOpt = typer.Option(16, "--block-size", help="Tokens per KV-cache page.")
+BlockSizeOpt = typer.Option(16, "--block-size", min=1, help="Tokens per KV-cache page.")
+#: `select`: no default, as engines: without --block-size each backend runs at its preferred size (docs/engines.md).
+SelectBlockSizeOpt = typer.Option(
+    None,
+    "--block-size",
+    min=1,
+    help="Tokens per KV-cache page (default: none given; the engine uses each backend's own).",
+)
 KvLayoutOpt = typer.Option("auto", "--kv-layout", help="auto, NHD or HND.")
-DcpOpt = typer.Option(1, "--dcp", help="Decode context parallel size.")
-PcpOpt = typer.Option(1, "--pcp", help="Prefill context parallel size.")
+DcpOpt = typer.Option(1, "--dcp", min=1, help="Decode context parallel size.")
+PcpOpt = typer.Option(1, "--pcp", min=1, help="Prefill context parallel size.")
 CpInterleaveOpt = typer.Option(
     1,
     "--cp-interleave",
+    min=1,
     help="Tokens per chunk of KV dealt to context-parallel ranks (vLLM cp_kv_cache_interleave_size).",
 )
-SpecTokensOpt = typer.Option(0, "--spec-tokens", help="Speculative tokens per decode step.")
+SpecTokensOpt = typer.Option(0, "--spec-tokens", min=0, help="Speculative tokens per decode step.")
 SinksOpt = typer.Option(False, "--sinks", help="The model uses attention sinks.")
-SlidingOpt = typer.Option(None, "--sliding-window")
+SlidingOpt = typer.Option(None, "--sliding-window", min=1)
 SoftCapOpt = typer.Option(None, "--soft-cap", help="Logits soft-cap.")
 MlaOpt = typer.Option(False, "--mla", help="Multi-head latent attention (DeepSeek); head size 576.")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -23,44 +24,38 @@ if TYPE_CHECKING:
     from hwtune.tuner.plan import Plan
     from hwtune.tuner.run import TuneReport
 
-from hwtune.cli.common import JsonOpt, console, emit_json, guarded
+from hwtune.cli.common import JsonOpt, console, emit_json, guarded, winners_table
 
 
 def _winners_table(records: list) -> Table:
     from hwtune.tuner.report import winners
 
-    table = Table(title="winners per workload")
-    for col in ("workload", "winner", "median us", "runner-up", "margin", "failed"):
-        table.add_column(col)
-    for w in winners(records):
-        table.add_row(
-            w.label,
-            f"{w.backend}/{w.tactic}",
-            f"{w.median_us:.2f}",
-            w.runner_up or "",
-            f"+{w.margin:.1%}" if w.margin is not None else "",
-            str(w.failures) if w.failures else "",
-        )
-    return table
+    return winners_table([w.to_dict() for w in winners(records)])
 
 
 @guarded
 def tune(
     model: Optional[Path] = typer.Option(None, "--model", "-m", help="Hugging Face config.json to plan from."),
     plan_file: Optional[Path] = typer.Option(None, "--plan", help="TOML plan file (docs/tuning.md)."),
-    tp: int = typer.Option(1, "--tp", help="Tensor parallelism the engine runs with."),
-    ep: Optional[int] = typer.Option(None, "--ep", help="Expert parallelism (MoE all2all workloads)."),
-    max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Largest decode batch the engine runs."),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Longest context the engine serves."),
-    kinds: str = typer.Option("attention,all2all", "--kinds", help="attention, all2all, or both."),
-    backends: Optional[str] = typer.Option(None, "--backends", help="Only these backends (comma-separated)."),
+    tp: int = typer.Option(1, "--tp", min=1, help="Tensor parallelism the engine runs with."),
+    ep: Optional[int] = typer.Option(None, "--ep", min=1, help="Expert parallelism (MoE all2all workloads)."),
+    max_num_seqs: int = typer.Option(256, "--max-num-seqs", min=1, help="Largest decode batch the engine runs."),
+    max_model_len: Optional[int] = typer.Option(
+        None, "--max-model-len", min=1, help="Longest context the engine serves."
+    ),
+    kinds: list[str] = typer.Option(
+        ["attention", "all2all"], "--kinds", help="attention and/or all2all (repeat or comma-separate)."
+    ),
+    backends: Optional[list[str]] = typer.Option(
+        None, "--backends", help="Only these backends, BACKEND or BACKEND:TACTIC (repeat or comma-separate)."
+    ),
     kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype"),
-    block_size: Optional[int] = typer.Option(None, "--block-size"),
+    block_size: Optional[int] = typer.Option(None, "--block-size", min=1),
     kv_layout: Optional[str] = typer.Option(None, "--kv-layout"),
-    dcp: Optional[int] = typer.Option(None, "--dcp"),
-    pcp: Optional[int] = typer.Option(None, "--pcp"),
-    cp_interleave: Optional[int] = typer.Option(None, "--cp-interleave"),
-    spec_tokens: Optional[int] = typer.Option(None, "--spec-tokens"),
+    dcp: Optional[int] = typer.Option(None, "--dcp", min=1),
+    pcp: Optional[int] = typer.Option(None, "--pcp", min=1),
+    cp_interleave: Optional[int] = typer.Option(None, "--cp-interleave", min=1),
+    spec_tokens: Optional[int] = typer.Option(None, "--spec-tokens", min=0),
     quant_dtype: Optional[list[str]] = typer.Option(
         None,
         "--quant-dtype",
@@ -71,24 +66,47 @@ def tune(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and its estimated time; measure nothing."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run of the same plan."),
     fresh: bool = typer.Option(False, "--fresh", help="Measure everything again even if this plan already ran."),
-    budget: Optional[float] = typer.Option(None, "--budget", help="Stop after this many minutes (coarse grid first)."),
-    time_cap: Optional[float] = typer.Option(None, "--time-cap", help="Seconds of timing per candidate at most."),
-    timeout: float = typer.Option(600.0, "--timeout", help="Seconds before a candidate is killed as hung."),
-    device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
+    budget: Optional[float] = typer.Option(
+        None, "--budget", min=0.1, help="Stop after this many minutes (coarse grid first)."
+    ),
+    time_cap: Optional[float] = typer.Option(
+        None, "--time-cap", min=0.01, help="Seconds of timing per candidate at most."
+    ),
+    timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Seconds before a candidate is killed as hung."),
+    device: str = typer.Option(
+        "auto",
+        "--device",
+        "-d",
+        help="auto (this node), cuda, cpu, or a device to plan for with --dry-run (sm90, sm100, h100, b200, ...).",
+    ),
     no_warmup: bool = typer.Option(False, "--no-warmup", help="Skip the parallel JIT warm-up."),
     lease: float = typer.Option(
         120.0,
         "--lease",
+        min=3.0,
         help="Seconds a claimed item stays this node's without a "
         "heartbeat; a dead node's items return to the queue after it.",
     ),
-    db: Optional[str] = typer.Option(None, "--db", help="Store URL (default: HWTUNE_DATABASE_URL, else local SQLite)."),
+    db: Optional[str] = typer.Option(
+        None,
+        "--db",
+        envvar="HWTUNE_DATABASE_URL",
+        help="Store URL (default: a SQLite file in the user data directory).",
+    ),
     json_out: bool = JsonOpt,
 ) -> None:
     """Tune this node: every valid backend and tactic on every planned workload, results stored as measured."""
-    from hwtune.tuner.options import TuneOptions, parse_backends, parse_kinds, parse_quant_dtypes, resolve_profile
+    from hwtune.tuner.options import (
+        DEVICES,
+        TuneOptions,
+        parse_backends,
+        parse_kinds,
+        parse_quant_dtypes,
+        resolve_profile,
+    )
     from hwtune.tuner.plan import build_plan
 
+    profile = resolve_profile(device, dry_run=dry_run)
     opts = TuneOptions(
         backends=parse_backends(backends),
         budget_s=budget * 60 if budget is not None else None,
@@ -96,14 +114,13 @@ def tune(
         timeout_s=timeout,
         resume=resume,
         fresh=fresh,
-        device=device,
+        device=device if device in DEVICES else ("cuda" if profile.is_cuda and not profile.simulated else "cpu"),
         warmup=not no_warmup,
         lease_s=lease,
     )
     opts.check()
     kind_list = parse_kinds(kinds)
     quant_dtypes = parse_quant_dtypes(quant_dtype)
-    profile = resolve_profile(device)
     overrides = dict(
         kv_cache_dtype=kv_cache_dtype,
         block_size=block_size,
@@ -129,8 +146,12 @@ def tune(
     if dry_run:
         _print_dry_run(plan, profile, opts, json_out)
         return
+    if device == "auto" and not profile.is_cuda and not json_out:
+        console.print("no CUDA GPU: measuring CPU backends; use --device to plan for a GPU (with --dry-run)")
     report, records = _run(plan, profile, opts, db, json_out)
     _print_report(report, records, json_out)
+    if not json_out:
+        _print_next_steps(plan, db, model, tp)
     if report.measured_nothing:
         _fail_measured_nothing(records, profile)
     if report.state == "interrupted" and not budget:
@@ -184,6 +205,33 @@ def _run(
 
         report = Tuner(plan, store, opts, profile=profile, progress=progress).run()
         return report, store.measurements(run_id=report.run_id)
+
+
+def _select_command(plan: Plan, db: Optional[str], model: Optional[Path], tp: int) -> str | None:
+    """The `hwtune select attention` command that ranks from what this plan measured (None: no attention)."""
+    from hwtune.core.types import AttentionWorkload
+
+    spec = next((i.workload.spec for i in plan.items if isinstance(i.workload, AttentionWorkload)), None)
+    if spec is None:
+        return None
+    if model is not None:
+        what = f"--model {shlex.quote(str(model))}" + (f" --tp {tp}" if tp != 1 else "")
+    else:
+        what = f"--num-heads {spec.num_heads} --num-kv-heads {spec.num_kv_heads} --head-size {spec.head_size}"
+        what += f" --dtype {spec.dtype}" if spec.dtype != "bfloat16" else ""
+    what += f" --kv-cache-dtype {spec.kv_cache_dtype}" if spec.kv_cache_dtype != "auto" else ""
+    what += f" --kv-layout {spec.kv_layout}" if spec.kv_layout != "auto" and model is None else ""
+    return f"hwtune select attention {what}" + (f" --db {shlex.quote(db)}" if db else "") + " --explain"
+
+
+def _print_next_steps(plan: Plan, db: Optional[str], model: Optional[Path], tp: int) -> None:
+    """Where the results are and the command that selects from them."""
+    from hwtune.db.urls import mask, resolve
+
+    console.print(f"stored in {mask(resolve(db))}", markup=False)
+    command = _select_command(plan, db, model, tp)
+    if command:
+        console.print(f"select from it: {command}", markup=False)
 
 
 def _fail_measured_nothing(records: list[MeasurementRecord], profile: DeviceProfile) -> None:

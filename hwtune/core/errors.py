@@ -67,6 +67,13 @@ class StoreUnavailableError(StoreError):
     """The store cannot be reached or opened (server down, file missing, refused filesystem, no permission)."""
 
 
+class StorePathError(StoreUnavailableError):
+    """A SQLite store path that cannot be used as given (read-only file or folder, a folder where the file should
+    be): bad input, hence exit code 2."""
+
+    exit_code = 2
+
+
 class StoreDataError(StoreError):
     """Bad input for the store: an import file whose rows fail validation. Bad input, hence exit code 2."""
 

@@ -70,6 +70,36 @@ def _first(cfg: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
     return None
 
 
+def _whole(cfg: Mapping[str, Any], keys: tuple[str, ...], *, minimum: int = 1) -> int | None:
+    """The first of ``keys`` present, as a whole number of at least ``minimum``; None when none is present.
+    Anything else (a string, a fraction, a list, a negative count) is an error naming the field and its value."""
+    for key in keys:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        whole = whole or (isinstance(value, float) and value.is_integer())
+        if not whole or value < minimum:
+            raise InvalidSpecError(
+                f"config.json field {key} is {json.dumps(value)}, not a whole number of at least {minimum}: "
+                "fix the model's config.json (a shape field is a JSON number, e.g. 32)"
+            )
+        return int(value)
+    return None
+
+
+def _number(cfg: Mapping[str, Any], key: str) -> float | None:
+    """``cfg[key]`` as a float (None when absent or null); a non-number is an error naming the field."""
+    value = cfg.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidSpecError(
+            f"config.json field {key} is {json.dumps(value)}, not a number: fix the model's config.json"
+        )
+    return float(value)
+
+
 #: transformers' class defaults for configs that omit fields because they equal the defaults
 #: (transformers/models/gemma3/configuration_gemma3.py Gemma3TextConfig.__init__).
 _MODEL_TYPE_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
@@ -214,55 +244,56 @@ def dispatch_dtype(model: ModelInfo) -> tuple[str, str]:
     )
 
 
-def parse_model_config(cfg: Mapping[str, Any]) -> ModelInfo:
-    """Parse an already-loaded config dict; raises InvalidSpecError naming the missing field."""
-    text = _text_config(cfg)
-    heads = _first(text, _HEADS)
-    hidden = _first(text, _HIDDEN)
+def _shape(text: Mapping[str, Any]) -> tuple[int, int, int, int]:
+    """(heads, KV heads, head size, hidden size), each checked to be a positive whole number."""
+    heads, hidden = _whole(text, _HEADS), _whole(text, _HIDDEN)
     if heads is None or hidden is None:
         raise InvalidSpecError(
             "config.json has no attention head count or hidden size (looked for "
             f"{', '.join(_HEADS)} and {', '.join(_HIDDEN)})"
         )
-    heads, hidden = int(heads), int(hidden)
-    kv = _first(text, _KV_HEADS)
+    kv = _whole(text, _KV_HEADS)
     if kv is None:
         kv = 1 if text.get("multi_query") else heads  # Falcon's multi_query; otherwise MHA
-    head_dim = _first(text, ("head_dim", "kv_channels"))
+    head_dim = _whole(text, ("head_dim", "kv_channels"))
     if head_dim is None:
         if hidden % heads:
             raise InvalidSpecError(f"hidden_size {hidden} is not divisible by {heads} heads and head_dim is unset")
         head_dim = hidden // heads
-    model_type = str(text.get("model_type") or cfg.get("model_type") or "unknown")
+    return heads, kv, head_dim, hidden
 
-    sliding = text.get("sliding_window")
+
+def parse_model_config(cfg: Mapping[str, Any]) -> ModelInfo:
+    """Parse an already-loaded config dict; raises InvalidSpecError naming the missing or malformed field."""
+    text = _text_config(cfg)
+    heads, kv, head_dim, hidden = _shape(text)
+    model_type = str(text.get("model_type") or cfg.get("model_type") or "unknown")
+    sliding = _whole(text, ("sliding_window",), minimum=0)
     if text.get("use_sliding_window") is False:  # Qwen2 configs carry a window they do not use
         sliding = None
-    soft_cap = text.get("attn_logit_softcapping")
-
-    mla = text.get("kv_lora_rank") is not None
-    experts = _first(text, _EXPERTS)
-    topk = _first(text, _TOPK)
+    soft_cap = _number(text, "attn_logit_softcapping")
+    experts = _whole(text, _EXPERTS, minimum=0)
+    topk = _whole(text, _TOPK, minimum=0)
     quant_method, activation_dtype = _quantization(cfg, text, _dtype(text))
     return ModelInfo(
         model_type=model_type,
         num_heads=heads,
-        num_kv_heads=int(kv),
-        head_size=int(head_dim),
+        num_kv_heads=kv,
+        head_size=head_dim,
         hidden_size=hidden,
         dtype=_dtype(text),
-        num_layers=_first(text, ("num_hidden_layers", "n_layer", "num_layers")),
-        max_position_embeddings=_first(text, ("max_position_embeddings", "n_positions", "seq_length")),
-        use_mla=mla,
-        kv_lora_rank=text.get("kv_lora_rank"),
-        qk_rope_head_dim=text.get("qk_rope_head_dim"),
-        qk_nope_head_dim=text.get("qk_nope_head_dim"),
-        v_head_dim=text.get("v_head_dim"),
-        sliding_window=int(sliding) if sliding else None,
-        logits_soft_cap=float(soft_cap) if soft_cap else None,
+        num_layers=_whole(text, ("num_hidden_layers", "n_layer", "num_layers")),
+        max_position_embeddings=_whole(text, ("max_position_embeddings", "n_positions", "seq_length")),
+        use_mla=text.get("kv_lora_rank") is not None,
+        kv_lora_rank=_whole(text, ("kv_lora_rank",)),
+        qk_rope_head_dim=_whole(text, ("qk_rope_head_dim",)),
+        qk_nope_head_dim=_whole(text, ("qk_nope_head_dim",)),
+        v_head_dim=_whole(text, ("v_head_dim",)),
+        sliding_window=sliding or None,
+        logits_soft_cap=soft_cap or None,
         sinks=model_type in _SINK_MODEL_TYPES,
-        num_experts=int(experts) if experts else None,
-        topk=int(topk) if topk and experts else None,
+        num_experts=experts or None,
+        topk=topk if topk and experts else None,
         quant_method=quant_method,
         activation_dtype=activation_dtype,
     )
@@ -289,7 +320,10 @@ def load_model_config(path: str | Path) -> ModelInfo:
             raise InvalidSpecError(f"{beside} is not valid JSON: {exc}") from None
         if isinstance(extra, Mapping):
             cfg = {**cfg, "quantization_config": {"quant_method": "modelopt", **extra}}
-    return parse_model_config(cfg)
+    try:
+        return parse_model_config(cfg)
+    except InvalidSpecError as exc:
+        raise InvalidSpecError(f"{p}: {exc}") from None
 
 
 def attention_spec(model: ModelInfo, tp: int = 1, **overrides: Any) -> AttentionSpec:

@@ -69,3 +69,11 @@ class ResultStore(Protocol):
     def queue_state(self, plan_id: str) -> dict[str, int]:
         """Item counts per state (pending, claimed, done, failed)."""
         ...
+
+    def claims(self, plan_id: str) -> list[tuple[str, str, float]]:
+        """(item key, worker, seconds until its lease ends) of every claimed item."""
+        ...
+
+    def release(self, plan_id: str, held: Sequence[tuple[str, str]]) -> int:
+        """Return items (key, worker) to pending, each only if that worker still holds it."""
+        ...

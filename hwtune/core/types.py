@@ -32,9 +32,12 @@ DTYPE_ALIASES: Mapping[str, str] = {
     "torch.float32": "float32",
 }
 
-#: KV-cache dtypes hwtune knows of. Knowing a name is not supporting it: each backend declares its own
-#: allowlist, and a name missing there is rejected (fail closed). "fp8" means fp8_e4m3 on CUDA, as in vLLM
-#: (vllm/config/cache.py CacheDType; vllm/utils/torch_utils.py STR_DTYPE_TO_TORCH_DTYPE maps fp8 -> e4m3).
+#: KV-cache dtype spellings hwtune normalises, and hwtune's own names (turboquant_4bit and turboquant_8bit are
+#: hwtune's TurboQuant kernel's formats). Every name an engine version accepts (its snapshot's vocabulary,
+#: hwtune/core/catalogue/engines: vLLM's turboquant_k8v4, nvfp4, ...) is accepted as spelled. Knowing a name is
+#: not supporting it: each backend declares its own allowlist, and a name missing there is rejected (fail
+#: closed). "fp8" means fp8_e4m3 on CUDA, as in vLLM (vllm/config/cache.py CacheDType; vllm/utils/torch_utils.py
+#: STR_DTYPE_TO_TORCH_DTYPE maps fp8 -> e4m3).
 KV_CACHE_DTYPE_ALIASES: Mapping[str, str] = {
     "auto": "auto",
     "bfloat16": "bfloat16",
@@ -83,8 +86,17 @@ def normalize_dtype(value: str) -> str:
 
 
 def normalize_kv_cache_dtype(value: str) -> str:
-    """The canonical name of a kv-cache dtype alias, so that allowlists and workload keys see one spelling."""
-    return _norm(value, KV_CACHE_DTYPE_ALIASES, "kv-cache dtype")
+    """The canonical name of a kv-cache dtype alias, so that allowlists and workload keys see one spelling; a name
+    some supported engine version accepts (vLLM's turboquant_k8v4, ...) is kept as spelled."""
+    from hwtune.core.catalogue.engines.snapshot import known_kv_cache_dtypes  # data files, read once
+
+    key = str(value).strip().lower()
+    if key in KV_CACHE_DTYPE_ALIASES:
+        return KV_CACHE_DTYPE_ALIASES[key]
+    if key in known_kv_cache_dtypes():
+        return key
+    known = ", ".join(sorted(set(KV_CACHE_DTYPE_ALIASES.values()) | known_kv_cache_dtypes()))
+    raise InvalidSpecError(f"unknown kv-cache dtype {value!r}; known: {known}")
 
 
 def normalize_quant_dtype(value: str) -> str:
@@ -109,10 +121,11 @@ def _stable_hash(payload: Mapping[str, Any]) -> str:
 class AttentionSpec:
     """The attention layer as an engine fixes it at start (per tensor-parallel rank).
 
-    ``spec_tokens`` is the number of speculative tokens per decode step (vLLM's
-    ``num_speculative_tokens``), so a decode query holds ``1 + spec_tokens`` tokens. For MLA (``use_mla``),
-    ``head_size`` is the latent cache width ``kv_lora_rank + qk_rope_head_dim`` and ``num_kv_heads`` is 1,
-    as vLLM lays out its MLA cache.
+    ``block_size`` None means the user gave none: an engine then runs each backend at its preferred block size
+    (docs/engines.md); hwtune measures a given size. ``spec_tokens`` is the number of speculative tokens per
+    decode step (vLLM's ``num_speculative_tokens``), so a decode query holds ``1 + spec_tokens`` tokens. For
+    MLA (``use_mla``), ``head_size`` is the latent cache width ``kv_lora_rank + qk_rope_head_dim`` and
+    ``num_kv_heads`` is 1, as vLLM lays out its MLA cache.
     """
 
     num_heads: int
@@ -120,7 +133,7 @@ class AttentionSpec:
     head_size: int
     dtype: str = "bfloat16"
     kv_cache_dtype: str = "auto"
-    block_size: int = 16
+    block_size: int | None = 16
     kv_layout: KVLayout = "auto"
     use_mla: bool = False
     kv_lora_rank: int | None = None
@@ -138,7 +151,8 @@ class AttentionSpec:
 
     def __post_init__(self) -> None:
         for name in ("num_heads", "num_kv_heads", "head_size", "block_size", "dcp_size", "pcp_size", "cp_interleave"):
-            _positive(name, getattr(self, name))
+            if name != "block_size" or self.block_size is not None:
+                _positive(name, getattr(self, name))
         if self.num_heads % self.num_kv_heads:
             raise InvalidSpecError(
                 f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"

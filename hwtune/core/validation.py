@@ -168,7 +168,7 @@ def _allowlist_rejections(rules: AttentionRules, spec: AttentionSpec, who: str) 
         ),
         (
             "block_size",
-            rules.block_sizes.allows(spec.block_size),
+            spec.block_size is None or rules.block_sizes.allows(spec.block_size),  # none given: the kernel's own
             f"block size {spec.block_size}",
             rules.block_sizes.describe(),
         ),

@@ -35,7 +35,7 @@ from urllib.parse import quote
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, Connection, Engine
 
-from hwtune.core.errors import StoreUnavailableError
+from hwtune.core.errors import StorePathError, StoreUnavailableError
 from hwtune.db.columns import dumps
 from hwtune.db.urls import check_local_filesystem, mask, sqlite_path
 
@@ -56,6 +56,33 @@ def _dispose_in_child() -> None:
 os.register_at_fork(after_in_child=_dispose_in_child)
 
 
+def _prepare_writable(path: Path) -> None:
+    """Make sure a SQLite store can be written at ``path``: its folder is created (with a logged notice) when
+    missing; a folder in its place, or a file or folder this user may not write, is a StorePathError that says what
+    to do. SQLite writes its WAL and shared-memory files beside the store, so the folder must be writable too."""
+    if path.is_dir():
+        raise StorePathError(f"the SQLite store {path} is a folder; name a file in it, e.g. --db {path / 'hwtune.db'}")
+    if not path.parent.exists():
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorePathError(
+                f"cannot create the folder {path.parent} for the SQLite store {path}: {exc.strerror or exc}; "
+                "choose another place with --db PATH or HWTUNE_DATABASE_URL"
+            ) from None
+        log.warning("created the folder %s for the SQLite store %s", path.parent, path.name)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise StorePathError(
+            f"the SQLite store {path} is read-only for this user, and this command writes to it: make it writable "
+            f"(chmod u+w {path}) or write to another store (--db PATH); reading it works as it is (hwtune show)"
+        )
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise StorePathError(
+            f"the folder {path.parent} is read-only for this user, and SQLite writes the store {path.name} and its "
+            f"journal files there: make the folder writable or choose another place with --db PATH"
+        )
+
+
 def _sqlite_engine(url: URL, *, read_only: bool, busy_timeout_s: float) -> Engine:
     path = sqlite_path(url)
     if path is not None:
@@ -63,13 +90,7 @@ def _sqlite_engine(url: URL, *, read_only: bool, busy_timeout_s: float) -> Engin
         if read_only and not path.exists():
             raise StoreUnavailableError(f"no store at {path} (the file does not exist)")
         if not read_only:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StoreUnavailableError(
-                    f"cannot create the folder for the SQLite store {path}: {exc.strerror or exc}; "
-                    "choose another place with --db PATH or HWTUNE_DATABASE_URL"
-                ) from None
+            _prepare_writable(path)
 
     def creator() -> sqlite3.Connection:
         if path is None:

@@ -14,6 +14,7 @@ import json
 import math
 from typing import Any, Mapping
 
+from hwtune.core.catalogue import RENAMED_MEASUREMENTS
 from hwtune.core.errors import HwtuneError
 from hwtune.core.records import STATUSES, LatencyStats, MeasurementRecord
 from hwtune.db.columns import decode_json
@@ -144,6 +145,8 @@ def parse_line(line: str) -> MeasurementRecord:
         raise ValueError(f"created_at {data['created_at']!r} has no time zone")
     fields = dict(data)
     fields["created_at"] = created
+    if data["kind"] == "attention":  # files exported before hwtune's kernels had names of their own
+        fields["backend"] = RENAMED_MEASUREMENTS.get(data["backend"], data["backend"])
     fields["stats"] = _stats(data["stats"]) if data.get("stats") is not None else None
     fields["error"] = _error(data["error"]) if data.get("error") is not None else None
     fields["extra"] = decode_json(data.get("extra", {}))

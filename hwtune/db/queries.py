@@ -130,6 +130,32 @@ class StoreReads:
                 self._env_ids[environment_hash] = env_id
         return env_id
 
+    def environments(self, environment_hash: str | None = None) -> list[dict[str, Any]]:
+        """Every stored environment (or the one with ``environment_hash``), oldest first: its hash, fingerprint,
+        the columns copied out of it for people, and how many measurements it holds (``hwtune serve`` lists them).
+        Counting scans the measurements once; callers that list often should cache the answer."""
+        counts = select(M.c.environment_id, func.count().label("n")).group_by(M.c.environment_id).subquery("counts")
+        query = (
+            select(
+                E.c.hash,
+                E.c.device_name,
+                E.c.compute_capability,
+                E.c.driver,
+                E.c.torch,
+                E.c.cuda_runtime,
+                E.c.flashinfer,
+                E.c.created_at,
+                E.c.fingerprint,
+                func.coalesce(counts.c.n, 0).label("measurements"),
+            )
+            .select_from(E.outerjoin(counts, counts.c.environment_id == E.c.id))
+            .order_by(E.c.id)
+        )
+        if environment_hash is not None:
+            query = query.where(E.c.hash == environment_hash)
+        with self._read() as conn:
+            return [dict(row) for row in conn.execute(query).mappings()]
+
     def snapshot(self, kind: str | None = None) -> tuple[int, int]:
         """(highest measurement id, how many measurements of ``kind`` up to it): a fixed view for export."""
         with self._read() as conn:

@@ -121,3 +121,36 @@ def queue_state(conn: Connection, plan_id: str) -> dict[str, int]:
     for state, count in conn.execute(select(T.c.state, func.count()).where(T.c.plan_id == plan_id).group_by(T.c.state)):
         out[state] = int(count)
     return out
+
+
+def claims(conn: Connection, plan_id: str) -> list[tuple[str, str, float]]:
+    """(item key, worker, seconds until its lease ends) of every claimed item of a plan, by key."""
+    now = db_now(conn)
+    rows = conn.execute(
+        select(T.c.item_key, T.c.claimed_by, T.c.lease_expires_at)
+        .where(T.c.plan_id == plan_id, T.c.state == "claimed")
+        .order_by(T.c.item_key)
+    ).all()
+    out = []
+    for key, worker, expires in rows:
+        if expires is not None and expires.tzinfo is None:  # SQLite hands back naive UTC
+            expires = expires.replace(tzinfo=_dt.timezone.utc)
+        left = (expires - now).total_seconds() if expires is not None else 0.0
+        out.append((key, worker or "", left))
+    return out
+
+
+def release(conn: Connection, plan_id: str, held: Sequence[tuple[str, str]]) -> int:
+    """Return items (key, worker) to pending, each only if that worker still holds it: how a run takes over the
+    leases of a process that is gone. Returns how many were released."""
+    now = db_now(conn)
+    released = 0
+    for key, worker in held:
+        rows = conn.execute(
+            update(T)
+            .where(T.c.plan_id == plan_id, T.c.item_key == key, T.c.claimed_by == worker, T.c.state == "claimed")
+            .values(state="pending", claimed_by=None, lease_expires_at=None, updated_at=now)
+            .returning(T.c.id)
+        ).all()
+        released += len(rows)
+    return released

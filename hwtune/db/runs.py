@@ -10,9 +10,9 @@ import datetime as _dt
 import getpass
 import os
 import socket
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.engine import Connection
 
 from hwtune._version import __version__
@@ -79,3 +79,23 @@ def measured_keys(conn: Connection, run_id: str) -> set[tuple[str, str, str]]:
         .where(M.c.run_id == run_id)
     )
     return {(k, b, t) for k, b, t in conn.execute(query)}
+
+
+def recent(conn: Connection, limit: int, state: str | None = None) -> list[dict[str, Any]]:
+    """The ``limit`` newest runs (of ``state``), newest first, without their plans (``get`` has the plan)."""
+    query = select(*(c for c in R.c if c.name != "plan")).order_by(R.c.started_at.desc(), R.c.id).limit(limit)
+    if state is not None:
+        query = query.where(R.c.state == state)
+    return [dict(row) for row in conn.execute(query).mappings()]
+
+
+def status_counts(conn: Connection, run_ids: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Measurements stored under each of ``run_ids``, per status (runs with none are left out); the unique
+    key's leading ``run_id`` column serves the lookup."""
+    out: dict[str, dict[str, int]] = {}
+    for start in range(0, len(run_ids), 500):
+        chunk = list(run_ids[start : start + 500])
+        query = select(M.c.run_id, M.c.status, func.count()).where(M.c.run_id.in_(chunk))
+        for run_id, status, n in conn.execute(query.group_by(M.c.run_id, M.c.status)):
+            out.setdefault(run_id, {})[status] = int(n)
+    return out

@@ -14,9 +14,10 @@ import json
 import sqlite3
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 #: The schema revision this module's query is written for; tests check it equals Alembic's head.
-SCHEMA_REVISION = "0002"
+SCHEMA_REVISION = "0003"
 
 _QUERY = """
 SELECT w.kind, w.phase, w.batch, w.context_len, w.query_len, w.tokens_per_rank, w.normalized,
@@ -29,14 +30,28 @@ ORDER BY m.id
 """
 
 
+def database_path(database: str | None) -> Path | None:
+    """The file a SQLite URL's database part names (already %-decoded), as an absolute path; None for an in-memory
+    database. The one resolution of a SQLite store's file: the full path (``hwtune.db.urls.sqlite_path``) uses it
+    too, so the engine's light read and SQLAlchemy always open the same file."""
+    if database in (None, "", ":memory:") or str(database).startswith("file:"):
+        return None
+    return Path(str(database)).expanduser().resolve()
+
+
 def sqlite_file(url: str) -> Path | None:
-    """The file a SQLite URL (or bare path) names, or None for other databases."""
+    """The file a SQLite URL (or bare path) names, resolved as SQLAlchemy resolves it (the part after
+    ``sqlite:///`` up to ``?``, %-decoded, relative to the working folder unless absolute); None for other databases
+    and in-memory SQLite."""
     text = url.strip()
-    if text.startswith("sqlite:///"):
-        return Path(text[len("sqlite:///") :].split("?", 1)[0]).expanduser()
-    if "://" not in text:
-        return Path(text).expanduser()
-    return None
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        return database_path(text)  # a bare path names a SQLite file
+    if scheme.split("+", 1)[0].lower() != "sqlite":
+        return None
+    if not rest.startswith("/"):
+        return None  # sqlite:// with a host part or nothing: not a file SQLAlchemy would open
+    return database_path(unquote(rest[1:].split("?", 1)[0]))
 
 
 def read_spec(path: Path, spec_key: str, timeout_s: float = 1.0) -> tuple[list[tuple], dict[str, Any]] | str:

@@ -270,6 +270,21 @@ class Store(StoreReads):
         with self._read() as conn:
             return runs.get(conn, run_id)
 
+    def runs(self, limit: int = 50, state: str | None = None) -> list[dict[str, Any]]:
+        """The ``limit`` newest runs (of ``state``), newest first, each without its plan and with its stored
+        measurements per status (``measurements``: {status: count})."""
+        with self._read() as conn:
+            found = runs.recent(conn, limit, state)
+            counts = runs.status_counts(conn, [r["id"] for r in found])
+        return [{**r, "measurements": counts.get(r["id"], {})} for r in found]
+
+    def run_summary(self, run_id: str) -> dict[str, Any] | None:
+        """The run's row with its plan (as ``run``) and its stored measurements per status, or None."""
+        with self._read() as conn:
+            row = runs.get(conn, run_id)
+            counts = runs.status_counts(conn, [run_id]) if row else {}
+        return None if row is None else {**row, "measurements": counts.get(run_id, {})}
+
     def measured_keys(self, run_id: str) -> set[tuple[str, str, str]]:
         """(workload key, backend, tactic) already stored for ``run_id``: what a resumed run can skip."""
         with self._read() as conn:
@@ -299,6 +314,15 @@ class Store(StoreReads):
         """Items per state of one plan; see ``hwtune.db.queue.queue_state``."""
         with self._read() as conn:
             return queue.queue_state(conn, plan_id)
+
+    def claims(self, plan_id: str) -> list[tuple[str, str, float]]:
+        """(key, worker, seconds left on its lease) of a plan's claimed items; see ``hwtune.db.queue.claims``."""
+        with self._read() as conn:
+            return queue.claims(conn, plan_id)
+
+    def release(self, plan_id: str, held: Sequence[tuple[str, str]]) -> int:
+        """Return (key, worker) items to pending if that worker still holds them; see ``hwtune.db.queue.release``."""
+        return self._write(lambda c: queue.release(c, plan_id, held), "release work items")
 
     def optimize(self) -> None:
         """Refresh PostgreSQL's planner statistics after a bulk write (import, push, pull, a finished run).

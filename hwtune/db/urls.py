@@ -19,6 +19,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from hwtune.core.errors import StoreError, StoreUnavailableError
+from hwtune.db.sqlite_direct import database_path
 
 ENV_VAR = "HWTUNE_DATABASE_URL"
 DEFAULT_FILENAME = "hwtune.db"
@@ -104,10 +105,7 @@ def sqlite_path(url: URL) -> Path | None:
     """The file behind a SQLite URL; None for an in-memory database or another dialect."""
     if url.get_backend_name() != "sqlite":
         return None
-    db = url.database or ""
-    if db in ("", ":memory:") or db.startswith("file:"):
-        return None
-    return Path(db).expanduser().resolve()
+    return database_path(url.database)  # the light read path's resolution, so both open one file
 
 
 def mask(url: URL | str) -> str:

@@ -15,16 +15,27 @@ from typing import Any
 
 from hwtune.core import catalogue
 from hwtune.core.catalogue import Backend
+from hwtune.core.catalogue.engines import DEFAULT_ENGINE, EngineTarget, resolve_target
 from hwtune.core.catalogue.priorities import backend_order, describe_family, tactic_order
 from hwtune.core.devices import DeviceProfile, simulated
 from hwtune.core.errors import BackendNotValidError, NoValidBackendError
 from hwtune.core.types import All2AllSpec, AttentionSpec, Spec
 from hwtune.core.validation import Rejection, check, phases_of, valid_tactics
+from hwtune.selector.engine_select import (
+    EngineField,
+    admit_request,
+    block_lookups,
+    engine_field,
+    engine_notes,
+    renamed_evidence,
+    requested_name,
+    static_ranking,
+)
 from hwtune.selector.layouts import over_layouts
 from hwtune.selector.lifted import Tested, lift, tested_here
 from hwtune.selector.measured import dispatch_table
 from hwtune.selector.measured import rank as measured_rank
-from hwtune.selector.messages import ENV_VARS, no_valid_message, not_valid_message
+from hwtune.selector.messages import ENV_VARS, engine_not_valid_message, no_valid_message, not_valid_message
 from hwtune.selector.mix import MixPoint, all2all_mix, load_mix, workload_mix
 from hwtune.selector.ranks import agree
 from hwtune.selector.selection import RankedBackend, Selection
@@ -63,19 +74,31 @@ def _requested(kind: str, backend: str | None) -> tuple[str | None, str]:
 
 
 def _evidence(
-    kind: str, spec: Spec, device: DeviceProfile, db: str | bool | None
+    kind: str,
+    spec: Spec,
+    device: DeviceProfile,
+    db: str | bool | None,
+    lookups: list[tuple[Spec, set[str] | None]] | None = None,
 ) -> tuple[Any, dict[str, Tested] | None, list[str]]:
     """This environment's measurements of ``spec`` from the store, aggregated for ranking and as each backend's
-    passes and failures (both None when no store answers)."""
+    passes and failures (both None when no store answers). ``lookups`` reads other stored specs instead, each for
+    the named records only (an engine runs each backend at its own block size when none is given)."""
     if db is False:
         return None, None, ["no measurement store consulted (db=False)"]
     from hwtune.core.environment import current_environment
     from hwtune.db.sqlite_direct import read_for_selection  # stdlib sqlite3 for local stores; no SQLAlchemy
     from hwtune.selector.measured import gather
 
-    rows, fingerprints, notes = read_for_selection(db if isinstance(db, str) else None, spec.key(), kind)
-    if rows is None:
-        return None, None, notes
+    rows: list[tuple] = []
+    fingerprints: dict[str, Any] = {}
+    notes: list[str] = []
+    for stored, records in lookups or [(spec, None)]:
+        got, fps, said = read_for_selection(db if isinstance(db, str) else None, stored.key(), kind)
+        notes += [n for n in said if n not in notes]
+        if got is None:
+            return None, None, notes
+        rows += [r for r in got if records is None or r[7] in records]
+        fingerprints.update(fps)
     env = current_environment(device)
     ev = gather(rows, fingerprints, env.hash(), env.fingerprint())
     if not ev.points and not ev.disqualified:
@@ -186,7 +209,12 @@ def _select(
     max_num_seqs: int = 256,
     max_model_len: int = 32768,
     profile: str = "balanced",
+    target: EngineTarget | None = None,
 ) -> Selection:
+    if target is not None and kind == "attention" and device.is_cuda:
+        assert isinstance(spec, AttentionSpec)
+        args = (requested, how, assume_installed, db, max_num_seqs, max_model_len, profile)
+        return _select_engine(spec, device, target, *args)
     requested_backend = catalogue.get(kind, requested) if requested else None  # unknown name: exit 2
     mix = _mix(kind, spec, max_num_seqs, max_model_len, profile)  # bad profile: exit 2 before any I/O
     evidence, tested, notes = _evidence(kind, spec, device, db)
@@ -203,6 +231,11 @@ def _select(
     chosen = _choose(kind, spec, device, requested_backend, how, ranked, rejections)
     if evidence is not None and chosen.source != "static":
         dispatch = dispatch_table(evidence, chosen.backend, max_num_seqs, max(max_model_len, 16))
+    if target is not None and kind == "attention":
+        notes.append(
+            f"the {target.describe()} snapshot states CUDA GPUs only: hwtune's own catalogue and order on "
+            f"{device.describe()}"
+        )
     return Selection(
         kind=kind,
         spec=spec.to_dict(),
@@ -218,6 +251,98 @@ def _select(
     )
 
 
+def _measured_out(fld: EngineField, evidence: Any, rejected: dict[str, list[Rejection]]) -> None:
+    """Backends measured crashing or giving wrong answers here leave the engine field's valid set."""
+    for name, facts in evidence.disqualified.items():
+        if name in fld.valid:
+            rejected[name] = [Rejection("measured", f) for f in facts[:3]]
+            fld.valid.remove(name)
+
+
+def _choose_engine(
+    fld: EngineField,
+    spec: AttentionSpec,
+    device: DeviceProfile,
+    requested: str | None,
+    how: str,
+    ranked: list[RankedBackend],
+    rejected: dict[str, list[Rejection]],
+) -> RankedBackend:
+    """The requested engine backend when valid (a loud error when not), else the first ranked one."""
+    target = fld.target
+    if requested is not None:
+        chosen = next((r for r in ranked if r.backend == requested), None)
+        if chosen is not None:
+            return chosen
+        from hwtune.core.engine_validation import judge
+
+        reasons = (
+            rejected.get(requested) or judge(target, requested, spec, device, fld.cfg, assume_installed=True).reasons
+        )
+        message = engine_not_valid_message(
+            target.describe(), requested, reasons, [r.backend for r in ranked], device, how
+        )
+        raise BackendNotValidError(
+            message, backend=requested, reasons=[r.message for r in reasons], valid=[r.backend for r in ranked]
+        )
+    if not ranked:
+        raise NoValidBackendError(
+            no_valid_message("attention", rejected, spec, device, f" with {target.describe()}"),
+            {name: [r.message for r in rs] for name, rs in rejected.items()},
+        )
+    return ranked[0]
+
+
+def _select_engine(
+    spec: AttentionSpec,
+    device: DeviceProfile,
+    target: EngineTarget,
+    requested: str | None,
+    how: str,
+    assume_installed: bool,
+    db: str | bool | None,
+    max_num_seqs: int,
+    max_model_len: int,
+    profile: str,
+) -> Selection:
+    """Selection for an engine target on a CUDA device: the engine version's backends in its order, by its rules
+    (``selector.engine_select``), ranked by measurements of the records they are built on where the store has them."""
+    mix = _mix("attention", spec, max_num_seqs, max_model_len, profile)  # bad profile: exit 2 before any I/O
+    fld = engine_field(target, spec, device, assume_installed)
+    name = requested_name(target, requested, spec.use_mla) if requested else None  # unknown: exit 2
+    admitted = admit_request(fld, name)
+    evidence, _tested, notes = _evidence("attention", spec, device, db, block_lookups(fld, spec))
+    notes += [admitted] if admitted else []
+    rejected = fld.rejected  # measured failures join it: the notes then say why the engine's choice is not taken
+    if evidence is not None:
+        evidence = renamed_evidence(evidence, fld)
+        _measured_out(fld, evidence, rejected)
+    ranked, per_phase, dispatch = static_ranking(fld, spec, device, assume_installed), {}, ()
+    if evidence is not None:
+        notes = notes + evidence.notes
+        ranked, per_phase = measured_rank(ranked, evidence, mix)
+    measured = any(r.source != "static" for r in ranked)
+    chosen = _choose_engine(fld, spec, device, name, how, ranked, rejected)
+    notes += engine_notes(fld, chosen.backend, measured, requested=name is not None)
+    if measured and chosen.source != "static":
+        dispatch = dispatch_table(evidence, chosen.backend, max_num_seqs, max(max_model_len, 16))
+    return Selection(
+        kind="attention",
+        spec=spec.to_dict(),
+        device=device,
+        backend=chosen.backend,
+        tactics=dict(chosen.tactics),
+        ranked=tuple(ranked),
+        rejected={n: tuple(r.message for r in rs) for n, rs in rejected.items()},
+        requested=name,
+        notes=tuple(notes),
+        per_phase=per_phase,
+        dispatch=dispatch,
+        engine=target.to_dict(),
+        differences=tuple(fld.differences),
+    )
+
+
 @functools.lru_cache(maxsize=1024)
 def _cached(
     kind: str,
@@ -230,13 +355,21 @@ def _cached(
     max_num_seqs: int,
     max_model_len: int,
     profile: str,
+    target: EngineTarget | None = None,
 ) -> Selection:
     def one(s: Spec) -> Selection:
-        return _select(kind, s, device, requested, how, assume_installed, db, max_num_seqs, max_model_len, profile)
+        args = (requested, how, assume_installed, db, max_num_seqs, max_model_len, profile, target)
+        return _select(kind, s, device, *args)
 
     if isinstance(spec, AttentionSpec) and spec.kv_layout == "auto" and db is not False:
         return over_layouts(one, spec)  # the layout is decided by measurement (selector/layouts.py)
     return one(spec)
+
+
+def clear_cache() -> None:
+    """Forget this process's warm selections, so the next calls read the store again: for a long-lived process
+    whose store changed (``hwtune serve`` calls it when the store's file changes or vanishes)."""
+    _cached.cache_clear()
 
 
 def select_attention(
@@ -249,11 +382,19 @@ def select_attention(
     max_num_seqs: int = 256,
     max_model_len: int = 32768,
     profile: str = "balanced",
+    engine: str | None = DEFAULT_ENGINE,
+    engine_version: str | None = None,
     distributed: bool = True,
     group: Any = None,
     on_disagreement: str = "use_rank0",
 ) -> Selection:
-    """Rank the valid attention backends for ``spec`` on ``device``.
+    """Rank the valid attention backends for ``spec`` on ``device`` for the engine that will run them.
+
+    ``engine`` ("vllm", the default, or "sglang") at ``engine_version`` (default: the newest hwtune has a snapshot
+    of) decides which backends exist, which accept the spec and in which order they are tried when nothing was
+    measured: that version's own rules (docs/engines.md), except where hwtune deliberately differs (listed in
+    ``Selection.differences``). ``engine=None`` (or "none") ranks hwtune's own catalogue instead: every kernel
+    hwtune runs, its own kernels included, by their kernel-level rules.
 
     Ranking uses this environment's measurements from the store (``db``: a URL; None: HWTUNE_DATABASE_URL or
     the local store; False: none) over the engine's workload mix (``max_num_seqs``, ``max_model_len`` and a
@@ -271,18 +412,10 @@ def select_attention(
         if not isinstance(spec, AttentionSpec):
             raise TypeError("select_attention needs an AttentionSpec")
         requested, how = _requested("attention", backend)
-        return _cached(
-            "attention",
-            spec,
-            resolve_device(device),
-            requested,
-            how,
-            assume_installed,
-            db,
-            max_num_seqs,
-            max_model_len,
-            profile,
-        )
+        target = resolve_target(engine or "none", engine_version)  # unknown engine or version: exit 2
+        dev = resolve_device(device)
+        args = (requested, how, assume_installed, db, max_num_seqs, max_model_len, profile, target)
+        return _cached("attention", spec, dev, *args)
 
     return agree(local, distributed=distributed, group=group, on_disagreement=on_disagreement)
 

@@ -29,7 +29,15 @@ class NoEngineEquivalentError(InvalidSpecError):
 
 
 def engine_args(selection: "Selection", engine: str) -> list[str]:
-    """The flags that start ``engine`` with the selected backend (and tactic, where the engine names it)."""
+    """The flags that start ``engine`` with the selected backend (and tactic, where the engine names it). A selection
+    made for an engine target is that engine's backend, spelled as it spells it; it answers for that engine only."""
+    if selection.engine is not None:
+        if selection.engine["engine"] == engine:
+            return ["--attention-backend", selection.backend]
+        raise NoEngineEquivalentError(
+            f"This selection was made for {selection.engine_name}; {ENGINES[engine]} has other backends and rules. "
+            f"Select again for it (--engine {engine}, or engine='{engine}')"
+        )
     record = catalogue.get(selection.kind, selection.backend)
     flags = record.engines.get(engine)
     args = flags.for_tactic(selection.tactic) if flags is not None else ()
@@ -40,7 +48,8 @@ def engine_args(selection: "Selection", engine: str) -> list[str]:
         if flags is not None and flags.missing
         else (f"{ENGINES[engine]} has no {_FLAG_WORDS[(engine, selection.kind)]} equivalent to {selection.backend}")
     )
-    raise NoEngineEquivalentError(missing.format(tactic=selection.tactic, backend=selection.backend))
+    way_out = f"; select for {ENGINES[engine]} (--engine {engine}) to get one of its own backends"
+    raise NoEngineEquivalentError(missing.format(tactic=selection.tactic, backend=selection.backend) + way_out)
 
 
 def vllm_args(selection: "Selection") -> list[str]:

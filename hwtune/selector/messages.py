@@ -71,13 +71,52 @@ def not_valid_message(
     return "\n".join(lines)
 
 
-def no_valid_message(kind: str, rejected: Mapping[str, Sequence[Rejection]], spec: Spec, device: DeviceProfile) -> str:
+def no_valid_message(
+    kind: str, rejected: Mapping[str, Sequence[Rejection]], spec: Spec, device: DeviceProfile, engine: str = ""
+) -> str:
     """The error when no backend is valid: every backend's reasons, so the requirement that rules them all out can be
-    spotted."""
+    spotted. ``engine`` (" with vLLM 0.33.0") names the engine target."""
     what = "model" if isinstance(spec, AttentionSpec) else "MoE layer"
-    lines = [f"No {kind} backend can serve this {what} on {device.describe()}. Every backend's reasons:"]
+    lines = [f"No {kind} backend can serve this {what} on {device.describe()}{engine}. Every backend's reasons:"]
     for name, reasons in rejected.items():
         lines.append(f"  {name}:")
         lines += [f"    - {r.message}" for r in reasons]
     lines.append("Relax the requirement named most often above, or plan for another device (--device).")
+    return "\n".join(lines)
+
+
+def _engine_way_out(rejection: Rejection) -> str | None:
+    code = rejection.code
+    if code == "feature:decode_lse":
+        return "run without DCP (--dcp 1)"
+    if code == "feature:pcp":
+        return "run without PCP (--pcp 1)"
+    if code == "block_size":
+        return "give no --block-size (the engine then uses the backend's own) or a multiple of its kernel block sizes"
+    if code == "kv_cache_dtype":
+        return "use a kv-cache dtype it lists (--kv-cache-dtype)"
+    if code == "engine" and "hwtune's own" in rejection.message:
+        return "select for no engine (--engine none) to rank hwtune's own kernels"
+    if code == "package":
+        return "install what is missing"
+    return None
+
+
+def engine_not_valid_message(
+    engine: str,
+    backend: str,
+    rejections: Sequence[Rejection],
+    valid: Sequence[str],
+    device: DeviceProfile,
+    how: str,
+) -> str:
+    """Why a requested backend cannot serve the spec with ``engine`` ("vLLM 0.33.0"): every reason, the engine's valid
+    alternatives, and the ways out."""
+    lines = [f"The requested attention backend {backend} ({how}) cannot serve this spec with {engine} on "]
+    lines[0] += f"{device.describe()}:"
+    lines += [f"  - {r.message}" for r in rejections]
+    if valid:
+        lines.append(f"Valid {engine} attention backends here: {', '.join(valid)}.")
+    ways = [w for r in rejections if (w := _engine_way_out(r))]
+    lines.append(_ways_out("attention", ways))
     return "\n".join(lines)

@@ -64,6 +64,12 @@ class Selection:
     notes: tuple[str, ...] = ()
     per_phase: Mapping[str, str] = field(default_factory=dict)
     dispatch: tuple[DispatchEntry, ...] = ()
+    #: The engine and version the selection configures ({"engine": "vllm", "version": "0.33.0"}); None: hwtune's
+    #: own catalogue (``engine=None``) or all2all.
+    engine: Mapping[str, str] | None = None
+    #: hwtune's deliberate differences from that engine version that apply to this spec: backends its selector
+    #: accepts and which then fail at start, rejected up front (each sentence names the engine source).
+    differences: tuple[str, ...] = ()
     _table: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -76,6 +82,15 @@ class Selection:
         """The KV-cache layout of the selection (attention): the requested one, or with ``auto`` the measured
         winner's (``selector/layouts.py``); "auto" when nothing decided it; None for all2all."""
         return self.spec.get("kv_layout")
+
+    @property
+    def engine_name(self) -> str:
+        """The engine target in words ("vLLM 0.33.0"); empty for none."""
+        if not self.engine:
+            return ""
+        from hwtune.core.catalogue.engines import snapshot
+
+        return snapshot(self.engine["engine"]).describe(self.engine["version"])
 
     @property
     def tactic(self) -> str:
@@ -104,6 +119,8 @@ class Selection:
             "spec": dict(self.spec),
             "notes": list(self.notes),
             "dispatch": [vars(e) for e in self.dispatch],
+            "engine": dict(self.engine) if self.engine else None,
+            "differences": list(self.differences),
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -113,7 +130,10 @@ class Selection:
         """The selection for people: the choice, notes, each ranked backend with its source and estimate, and every
         rejection with its reasons (``hwtune select --explain``)."""
         layout = f", KV layout {self.kv_layout}" if self.kv_layout else ""
-        lines = [f"{self.kind} backend for {self.device.describe()}: {self.backend} (tactic {self.tactic}{layout})"]
+        target = f" with {self.engine_name}" if self.engine else ""
+        lines = [
+            f"{self.kind} backend for {self.device.describe()}{target}: {self.backend} (tactic {self.tactic}{layout})"
+        ]
         if self.requested:
             lines.append(f"  requested explicitly: {self.requested}")
         for note in self.notes:
@@ -128,6 +148,9 @@ class Selection:
             lines.append(
                 f"  {i}. {r.backend} [{r.source}{est}{conf}] tactics {tac}" + (f" - {r.detail}" if r.detail else "")
             )
+        if self.differences:
+            lines.append(f"deliberate differences from {self.engine_name} (rejected up front):")
+            lines += [f"  - {d}" for d in self.differences]
         if self.rejected:
             lines.append("rejected:")
             for name, reasons in self.rejected.items():

@@ -95,24 +95,45 @@ class Tuner:
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.timing = dataclasses.replace(TimingOptions(), time_cap_s=options.time_cap_s or plan.time_cap_s)
         self._held: set[str] = set()
+        self._notes: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
     # --- the queue ------------------------------------------------------------------------------------
 
     def _queue_id(self) -> str:
+        """The queue this run works on. A plan already started here is continued with --resume or joined while
+        another live process works on it (the work is split); otherwise the error says what to do."""
         base = plan_queue_id(self.plan, self.env, self.opts.backends)
         state = self.store.queue_state(base)
         started = sum(v for k, v in state.items() if k != "pending")
         if self.opts.fresh:
             return f"{base}-{uuid.uuid4().hex[:8]}"
         if started and not self.opts.resume:
+            live = self._take_over_gone(base)
+            if live:
+                holders = ", ".join(sorted({w for _, w, _ in live}))
+                self._notes.append(
+                    f"joined a run of this plan in progress ({len(live)} item(s) held by {holders}): the work is split"
+                )
+                return base
             raise InvalidSpecError(
                 f"this plan was already run in this environment ({state.get('done', 0)} of "
-                f"{sum(state.values())} items done, queue {base}); continue it with --resume, or measure "
-                "everything again with --fresh"
+                f"{sum(state.values())} items done, queue {base}) and no process is running it now; add --resume "
+                "to measure only what is missing, or --fresh to measure everything again"
             )
         return base
+
+    def _take_over_gone(self, queue_id: str) -> list[tuple[str, str, float]]:
+        """Return to the queue the items held by processes of this host that are gone (at once: no lease wait),
+        and say so in the report's notes; returns the claims other live workers still hold."""
+        claims = [c for c in self.store.claims(queue_id) if c[1] != self.worker]
+        gone = [(key, worker) for key, worker, _ in claims if holder_is_gone(worker)]
+        if gone:
+            released = self.store.release(queue_id, gone)
+            holders = ", ".join(sorted({w for _, w in gone}))
+            self._notes.append(f"took over {released} item(s) of {holders}: that process is gone")
+        return [c for c in claims if (c[0], c[1]) not in set(gone)]
 
     def _heartbeat(self, queue_id: str) -> None:
         while not self._stop.wait(self.opts.lease_s / 3):
@@ -185,8 +206,10 @@ class Tuner:
         cross over), storing each record as soon as it exists; returns what happened."""
         queue_id = self._queue_id()
         run_id = self.store.start_run(plan={**self.plan.to_dict(), "queue_id": queue_id}, budget_s=self.opts.budget_s)
-        report = TuneReport(queue_id, run_id, self.env.hash(), self.profile.describe(), notes=list(self.plan.notes))
         self.store.enqueue(queue_id, [(i.key, i.to_dict()) for i in self.plan.items if i.level == 0])
+        self._take_over_gone(queue_id)
+        report = TuneReport(queue_id, run_id, self.env.hash(), self.profile.describe(), notes=list(self.plan.notes))
+        report.notes += self._notes
         started = time.monotonic()
         threading.Thread(target=self._heartbeat, args=(queue_id,), daemon=True).start()
         try:
@@ -235,9 +258,8 @@ class Tuner:
                         self._enqueue_refinements(queue_id, refine)
                         refine = []
                         continue
-                    if self.store.queue_state(queue_id).get("claimed", 0):  # others still work: wait
-                        self.progress("wait", report.items_done, len(items), "waiting for other nodes' items")
-                        time.sleep(min(0.5, self.opts.lease_s / 10))  # short: this is the plan's tail
+                    if self.store.queue_state(queue_id).get("claimed", 0):  # others still work, or are gone
+                        self._wait_for_others(queue_id, report, len(items))
                         continue
                     return
                 key, payload = claimed[0]
@@ -247,6 +269,25 @@ class Tuner:
                 t0 = time.monotonic()
                 self._measure_claimed(item, queue_id, run_id, pool, report, len(items))
                 durations.append(time.monotonic() - t0)
+
+    def _wait_for_others(self, queue_id: str, report: TuneReport, total: int) -> None:
+        """Take over items of gone processes of this host at once; otherwise say whose items the run waits for and
+        how long their leases last (they return to the queue then unless renewed), and wait a little."""
+        before = len(self._notes)
+        live = self._take_over_gone(queue_id)
+        if len(self._notes) > before:
+            report.notes += self._notes[before:]
+            return
+        if live:
+            holders = ", ".join(sorted({w for _, w, _ in live}))
+            left = max(0.0, max(s for _, _, s in live))
+            self.progress(
+                "wait",
+                report.items_done,
+                total,
+                f"waiting for {len(live)} item(s) held by {holders}: their lease ends in {left:.0f} s unless renewed",
+            )
+        time.sleep(min(0.5, self.opts.lease_s / 10))  # short: this is the plan's tail
 
     def _budget_spent(self, queue_id: str, report: TuneReport, started: float, durations: list[float]) -> bool:
         """True (with the report saying so) when the next item would not fit in the budget."""
@@ -286,6 +327,24 @@ class Tuner:
                 self._held.discard(item.key)
         report.items_done += 1
         self.progress("done", report.items_done, total, describe_item(item))
+
+
+def holder_is_gone(worker: str) -> bool:
+    """Whether a queue worker id (``host:pid:tag``) names a process of this host that no longer exists. Another
+    host's process, or one this user may not signal, is never taken for gone: its lease decides."""
+    parts = worker.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return False
+    pid = parts[1]
+    if int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists but belongs to another user, or cannot be asked: not ours to take over
+        return False
+    return False
 
 
 def describe_item(item: PlanItem) -> str:

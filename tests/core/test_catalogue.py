@@ -22,12 +22,14 @@ ALL = catalogue.backends("attention") + catalogue.backends("all2all")
 
 
 def test_names_match_the_engines() -> None:
+    # hwtune's own Triton kernels are named apart from vLLM's TRITON_ATTN and TURBOQUANT (other kernels), which live
+    # in the vLLM snapshot (hwtune/core/catalogue/engines/vllm.json), not among hwtune's records.
     assert catalogue.names("attention") == [
         "FLASHINFER",
         "FLASH_ATTN",
-        "TRITON_ATTN",
+        "HWTUNE_TRITON_ATTN",
         "FLEX_ATTENTION",
-        "TURBOQUANT",
+        "HWTUNE_TURBOQUANT",
         "TORCH_SDPA",
         "FLASHINFER_MLA",
         "TRITON_MLA",
@@ -105,7 +107,7 @@ def test_flash_attn_key_facts() -> None:
 def test_sdpa_flex_and_triton_lse() -> None:
     assert Feature.DECODE_LSE not in rules("TORCH_SDPA").features
     assert Feature.DECODE_LSE not in rules("FLEX_ATTENTION").features
-    assert Feature.DECODE_LSE in rules("TRITON_ATTN").features
+    assert Feature.DECODE_LSE in rules("HWTUNE_TRITON_ATTN").features
 
 
 def test_turboquant_is_the_only_backend_with_turboquant_dtypes() -> None:
@@ -114,7 +116,7 @@ def test_turboquant_is_the_only_backend_with_turboquant_dtypes() -> None:
         for b in catalogue.backends("attention")
         if {"turboquant_4bit", "turboquant_8bit"} & set(b.rules.kv_cache_dtypes)
     ]
-    assert owners == ["TURBOQUANT"]
+    assert owners == ["HWTUNE_TURBOQUANT"]
 
 
 def test_mla_backends() -> None:
@@ -185,6 +187,6 @@ def test_triton_fp8_needs_sm89() -> None:
     from hwtune.core.validation import validate
 
     spec = AttentionSpec(32, 8, 128, kv_cache_dtype="fp8")
-    triton_attn = catalogue.get("attention", "TRITON_ATTN")
+    triton_attn = catalogue.get("attention", "HWTUNE_TRITON_ATTN")
     assert any("only from SM 8.9" in r for r in validate(triton_attn, spec, simulated("a100"), assume_installed=True))
     assert validate(triton_attn, spec, simulated("h100"), assume_installed=True) == []

@@ -85,7 +85,10 @@ def test_models_select_end_to_end() -> None:
     gemma = attention_spec(load_model_config(MODELS / "gemma-2-9b-it.json"))
     sel = select_attention(gemma, device="sm90", assume_installed=True)
     assert sel.backend == "FLASH_ATTN"  # soft-cap + sliding window + head 256
-    assert "TRITON_ATTN" in sel.rejected  # declares neither soft-cap nor sliding window
+    assert [r.backend for r in sel.ranked] == ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"]  # vLLM 0.33.0's rules
+    assert "soft cap" in sel.rejected["FLEX_ATTENTION"][0]  # vLLM takes it, then fails at start: rejected up front
+    own = select_attention(gemma, device="sm90", assume_installed=True, engine=None)
+    assert "HWTUNE_TRITON_ATTN" in own.rejected  # hwtune's kernel declares neither soft-cap nor sliding window
     oss = attention_spec(load_model_config(MODELS / "gpt-oss-120b.json"))
     assert select_attention(oss, device="sm100", assume_installed=True).tactic == "trtllm-gen"
 

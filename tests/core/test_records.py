@@ -76,6 +76,27 @@ def test_probe_names_a_class_that_exists(backend: catalogue.Backend) -> None:
     assert _defines(backend.probe.ref), f"{backend.name}: {backend.probe.ref} is not defined"
 
 
+def _records_as(ref: str) -> str | None:
+    """The ``backend = "..."`` a probe class records its measurements under (None when it states none)."""
+    module, _, cls = ref.partition(":")
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin, module
+    for node in ast.parse(Path(spec.origin).read_text()).body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in node.body:
+                if isinstance(item, ast.Assign) and [getattr(t, "id", "") for t in item.targets] == ["backend"]:
+                    return ast.literal_eval(item.value)
+    return None
+
+
+@pytest.mark.parametrize("backend", [b for b in ALL if b.probe and b.kind == "attention"], ids=lambda b: b.name)
+def test_probes_record_under_their_records_name(backend: catalogue.Backend) -> None:
+    """A measurement is stored under the name of what was measured: hwtune's own kernels as HWTUNE_*, never as the
+    engine backends of the same kind (vLLM's TRITON_ATTN is another kernel)."""
+    assert backend.probe is not None
+    assert _records_as(backend.probe.ref) == backend.name
+
+
 @pytest.mark.parametrize("backend", ALL, ids=lambda b: b.name)
 def test_what_is_measured_has_a_probe(backend: catalogue.Backend) -> None:
     if backend.quick or backend.compile_per_shape:
@@ -87,5 +108,5 @@ def test_what_is_measured_has_a_probe(backend: catalogue.Backend) -> None:
 def test_quick_plan_derives_from_the_records() -> None:
     names = catalogue.quick_backends("attention")
     assert names == tuple(n for b in catalogue.backends("attention") for n in b.quick_names())
-    assert "TRITON_ATTN:auto" in names and "TRITON_ATTN" not in names  # its tuned tactic is not quick
+    assert "HWTUNE_TRITON_ATTN:auto" in names and "HWTUNE_TRITON_ATTN" not in names  # its tuned tactic is not quick
     assert all(catalogue.find(n.partition(":")[0]).quick for n in names)

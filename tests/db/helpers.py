@@ -113,7 +113,7 @@ def variety() -> list[MeasurementRecord]:
     out.append(attention(backend="FLASHINFER", tactic="fa2", median=45.5, seq=10))
     out.append(
         attention(
-            backend="TRITON_ATTN",
+            backend="HWTUNE_TRITON_ATTN",
             tactic="default",
             status="wrong_answer",
             seq=11,

@@ -152,7 +152,7 @@ def _concurrent_upgrades(url: str, n: int = 4) -> None:
     assert [p.returncode for p in procs] == [0] * n, [err for _, err in outs]
     results = [json.loads(out) for out, _ in outs]
     assert sum(r["changed"] for r in results) == 1  # exactly one process migrated; the others found it done
-    assert {r["after"] for r in results} == {"0002"}
+    assert {r["after"] for r in results} == {"0003"}
     with Store.open(url, create=False) as store, store.engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM alembic_version").scalar() == 1
 

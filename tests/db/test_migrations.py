@@ -21,17 +21,17 @@ from tests.db.helpers import attention, cli
 
 
 def test_revisions_are_a_line_and_head_is_newest() -> None:
-    assert migrate.known_revisions() == ["0001", "0002"]
-    assert migrate.head() == "0002"
+    assert migrate.known_revisions() == ["0001", "0002", "0003"]
+    assert migrate.head() == "0003"
 
 
 def test_upgrade_from_empty(store_url: str) -> None:
     out = cli("upgrade", "--db", store_url, "--json")
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
-    assert result["before"] is None and result["after"] == "0002" and result["changed"]
+    assert result["before"] is None and result["after"] == "0003" and result["changed"]
     with Store.open(store_url, create=False) as store:
-        assert store.revision() == "0002"
+        assert store.revision() == "0003"
         assert set(store.counts()) == set(TABLES)
     again = json.loads(cli("upgrade", "--db", store_url, "--json").stdout)
     assert again["changed"] is False
@@ -99,7 +99,7 @@ def test_upgrade_from_previous_revision_keeps_data(store_url: str) -> None:
         )
     engine.dispose()
 
-    with pytest.raises(StoreOutdatedError, match=r"revision 0001; this hwtune needs 0002. Run `hwtune db up"):
+    with pytest.raises(StoreOutdatedError, match=r"revision 0001; this hwtune needs 0003. Run `hwtune db up"):
         Store.open(store_url, create=False)
     with pytest.raises(StoreOutdatedError, match="hwtune db upgrade"):
         Store.open(store_url, read_only=True, create=False)
@@ -108,7 +108,7 @@ def test_upgrade_from_previous_revision_keeps_data(store_url: str) -> None:
 
     out = cli("upgrade", "--db", store_url)
     assert out.returncode == 0, out.stderr
-    assert "revision 0001 -> 0002" in out.stderr
+    assert "revision 0001 -> 0003" in out.stderr
     with Store.open(store_url, create=False) as store:
         (old,) = store.measurements()
         assert (old.run_id, old.hwtune_version, old.stats.median_us) == ("old", "0.0.9", 40.0)  # type: ignore[union-attr]
@@ -120,7 +120,7 @@ def test_open_with_create_upgrades_an_old_store(store_url: str) -> None:
     migrate.upgrade(engine, "0001")
     engine.dispose()
     with Store.open(store_url) as store:
-        assert store.revision() == "0002"
+        assert store.revision() == "0003"
 
 
 def test_downgrade_and_upgrade_again(store_url: str) -> None:
@@ -129,7 +129,7 @@ def test_downgrade_and_upgrade_again(store_url: str) -> None:
         migrate.downgrade(store.engine, "0001")
         assert store.revision() == "0001"
         store.upgrade()
-        assert store.revision() == "0002" and store.counts()["measurements"] == 1
+        assert store.revision() == "0003" and store.counts()["measurements"] == 1
 
 
 def test_store_from_a_newer_hwtune_is_refused(store_url: str) -> None:
@@ -146,3 +146,32 @@ def test_store_from_a_newer_hwtune_is_refused(store_url: str) -> None:
 def test_empty_database_read_only_says_what_to_do(pg_url: str) -> None:
     with pytest.raises(StoreOutdatedError, match="no hwtune store .* yet .*hwtune db upgrade"):
         Store.open(pg_url, read_only=True, create=False)
+
+
+def test_measurements_of_hwtunes_kernels_get_their_own_names(store_url: str) -> None:
+    """Stores written before hwtune's kernels had names of their own (revision 0002) recorded them as
+    TRITON_ATTN / TURBOQUANT, names that now mean vLLM's backends: the upgrade renames them, the downgrade
+    back; other backends are left alone."""
+    with Store.open(store_url) as store:
+        migrate.downgrade(store.engine, "0002")
+        store.write(
+            [attention(backend="TRITON_ATTN", tactic="auto"), attention(backend="FLASH_ATTN", batch=4, seq=1)]
+            + [attention(backend="TURBOQUANT", tactic="auto", batch=2, seq=2)]
+        )
+        store.upgrade()
+        assert sorted(r.backend for r in store.measurements()) == [
+            "FLASH_ATTN",
+            "HWTUNE_TRITON_ATTN",
+            "HWTUNE_TURBOQUANT",
+        ]
+        migrate.downgrade(store.engine, "0002")
+        assert sorted(r.backend for r in store.measurements()) == ["FLASH_ATTN", "TRITON_ATTN", "TURBOQUANT"]
+
+
+def test_an_export_from_before_the_rename_imports_under_todays_names() -> None:
+    from hwtune.db.import_checks import parse_line
+    from hwtune.db.transfer import record_line
+
+    line = record_line(attention(backend="TRITON_ATTN", tactic="auto"))
+    assert parse_line(line).backend == "HWTUNE_TRITON_ATTN"
+    assert parse_line(record_line(attention())).backend == "FLASH_ATTN"

@@ -82,7 +82,7 @@ def test_filters(store_url: str) -> None:
         assert {(r.backend, r.tactic) for r in store.measurements(workload_keys=[key])} == {
             ("FLASH_ATTN", "fa3"),
             ("FLASHINFER", "fa2"),
-            ("TRITON_ATTN", "default"),
+            ("HWTUNE_TRITON_ATTN", "default"),
             ("FLEX_ATTENTION", "default"),
         }
         assert len(store.measurements(limit=3)) == 3

@@ -5,6 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+pytest.importorskip(
+    "triton",
+    reason="triton is not installed (a CPU install leaves it out): `pip install triton` runs these",
+)
+
 from hwtune.kernels._common import check_query_io, plan_launch
 from hwtune.kernels.configs import TritonAttnConfig
 

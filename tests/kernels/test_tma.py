@@ -7,6 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+pytest.importorskip(
+    "triton",
+    reason="triton is not installed (a CPU install leaves it out): `pip install triton` runs these",
+)
+
 from hwtune.kernels._tma import KvMatrix, choose_kv_loads, kv_matrix, tma_unsupported
 
 BLOCKS, PAGE, HEADS, D = 5, 16, 4, 64

@@ -33,7 +33,7 @@ MLA = AttentionSpec(
 #: Per rank: the all2all backend its store measures fastest (None: an empty store, so static priorities).
 A2A_FASTEST = {0: "deepep_low_latency", 1: "naive", 2: None}
 #: Per rank: the attention backend and tactic its store measures fastest (ranks 0 and 2: same backend).
-ATTN_FASTEST = {0: ("FLASHINFER", "fa3"), 1: ("TRITON_ATTN", "auto"), 2: ("FLASHINFER", "fa2-tc")}
+ATTN_FASTEST = {0: ("FLASHINFER", "fa3"), 1: ("FLASH_ATTN", "fa3"), 2: ("FLASHINFER", "fa2-tc")}
 
 
 def _record(kind: str, w: Any, device: str, backend: str, tactic: str, us: float) -> MeasurementRecord:
@@ -61,7 +61,7 @@ def store_records(rank: int) -> list[MeasurementRecord]:
         for b in ("deepep_low_latency", "naive", "allgather_reducescatter") if A2A_FASTEST[rank] else ():
             w = All2AllWorkload(A2A, tokens)
             out.append(_record("all2all", w, "b200", b, "default", 10.0 if b == A2A_FASTEST[rank] else 50.0))
-    attention = [("FLASHINFER", "fa2-tc"), ("FLASHINFER", "fa3"), ("TRITON_ATTN", "auto")]
+    attention = [("FLASHINFER", "fa2-tc"), ("FLASHINFER", "fa3"), ("FLASH_ATTN", "fa3")]
     for batch in (1, 16, 64):
         for context in (512, 4096):
             for phase in ("decode", "prefill"):

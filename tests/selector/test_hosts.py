@@ -65,22 +65,22 @@ def honest(url, hosts=HONEST) -> None:
 
 def hostile() -> list:
     """evil: a wrong answer for every FLASHINFER candidate the honest hosts measured (they measured FLASHINFER
-    fastest), TRITON_ATTN 100x faster at their shapes, and 1000x faster at decode mix shapes only it measured."""
+    fastest), FLASH_ATTN 100x faster at their shapes, and 1000x faster at decode mix shapes only it measured."""
     lies = [
         dataclasses.replace(r, host="evil", run_id="run-evil", status="wrong_answer", stats=None, message=WRONG)
         for r in grid(base)
         if r.backend == "FLASHINFER"
     ]
-    lies += on("evil", [r for r in grid(base) if r.backend == "TRITON_ATTN"], scale=0.01)
+    lies += on("evil", [r for r in grid(base) if r.backend == "FLASH_ATTN"], scale=0.01)
     private = [AttentionWorkload(SPEC, "decode", b, c) for b in (1, 4, 16, 64, 256) for c in (1024, 4096, 16384)]
-    return lies + on("evil", [rec(w, "TRITON_ATTN", "auto", base("TRITON_ATTN", "auto", w)) for w in private], 0.001)
+    return lies + on("evil", [rec(w, "FLASH_ATTN", "fa3", base("FLASH_ATTN", "fa3", w)) for w in private], 0.001)
 
 
 def test_honest_hosts_choose_flashinfer(url) -> None:
     """The baseline the hostile host tries to flip."""
     honest(url)
     sel = select(url)
-    assert sel.backend == "FLASHINFER" and sel.ranked[1].backend == "TRITON_ATTN"
+    assert sel.backend == "FLASHINFER" and sel.ranked[1].backend == "FLASH_ATTN"
     assert not any("evil" in n for n in sel.notes)
 
 
@@ -89,11 +89,11 @@ def test_hostile_third_host_cannot_flip_the_choice_and_is_named(url) -> None:
     write(url, hostile())
     sel = select(url)
     assert sel.backend == "FLASHINFER" and "FLASHINFER" not in sel.rejected
-    assert sel.ranked[1].backend == "TRITON_ATTN"
+    assert sel.ranked[1].backend == "FLASH_ATTN"
     outvoted = [n for n in sel.notes if n.startswith("outvoted a single dissenting host: host evil")]
     assert len(outvoted) == 1 and "gave a wrong answer" in outvoted[0] and "(node-a, node-b)" in outvoted[0]
     assert "relative L2 error 0.4 exceeds 0.02" in outvoted[0]
-    discordant = [n for n in sel.notes if n.startswith("host evil's TRITON_ATTN timings are not used")]
+    discordant = [n for n in sel.notes if n.startswith("host evil's FLASH_ATTN timings are not used")]
     assert len(discordant) == 1 and "100x faster than the hosts' median" in discordant[0]
     assert "its 15 shape(s) that no other host measured are left out too" in discordant[0]
     assert "failures recorded by host evil outvoted" in sel.ranked[0].detail
@@ -107,7 +107,7 @@ def test_explain_and_json_name_the_dissenting_host(url) -> None:
     res = CliRunner().invoke(app, ["select", "attention", *HOSTS, "--db", url, "--explain"])
     assert res.exit_code == 0, res.output
     assert "note: outvoted a single dissenting host: host evil recorded 52 failure(s) of FLASHINFER" in res.stderr
-    assert "note: host evil's TRITON_ATTN timings are not used" in res.stderr
+    assert "note: host evil's FLASH_ATTN timings are not used" in res.stderr
     assert "attention backend for" in res.stderr and ": FLASHINFER (tactic" in res.stderr
     _cached.cache_clear()
     res = CliRunner().invoke(app, ["select", "attention", *HOSTS, "--db", url, "--json"])
@@ -121,7 +121,7 @@ def test_with_two_hosts_a_failure_still_rejects(url) -> None:
     honest(url, hosts=("node-a",))
     write(url, [wrong("evil"), dataclasses.replace(rec(W, "FLASHINFER", "xqa", 30.0, host="evil"), run_id="run-2")])
     sel = select(url)
-    assert sel.backend == "TRITON_ATTN"
+    assert sel.backend == "FLASH_ATTN"
     (reason,) = sel.rejected["FLASHINFER"]
     assert "gave a wrong answer on decode batch 64 x 8192 in this environment (host evil" in reason
     assert "host node-a measured it correct there, too few to outvote it" in reason
@@ -132,7 +132,7 @@ def test_two_failing_hosts_reject_however_many_agree(url) -> None:
     honest(url, hosts=("node-a", "node-b", "node-c"))
     write(url, [wrong("evil"), wrong("faulty", AttentionWorkload(SPEC, "decode", 4, 512), status="crashed")])
     sel = select(url)
-    assert sel.backend == "TRITON_ATTN"
+    assert sel.backend == "FLASH_ATTN"
     assert any("crashed on decode batch 4 x 512" in r and "(host faulty" in r for r in sel.rejected["FLASHINFER"])
     assert all("2 hosts recorded failures of FLASHINFER: only one is outvoted" in r for r in sel.rejected["FLASHINFER"])
 
@@ -142,7 +142,7 @@ def test_a_failure_nobody_else_measured_stands(url) -> None:
     honest(url)
     write(url, [wrong("evil", AttentionWorkload(SPEC, "decode", 512, 8192), status="crashed")])
     sel = select(url)
-    assert sel.backend == "TRITON_ATTN"
+    assert sel.backend == "FLASH_ATTN"
     assert sel.rejected["FLASHINFER"] == (
         "FLASHINFER tactic xqa crashed on decode batch 512 x 8192 in this environment"
         f" (host evil, {sel.rejected['FLASHINFER'][0].split('host evil, ')[1][:10]}): illegal memory access",
@@ -178,11 +178,11 @@ def test_honest_spread_between_hosts_is_not_discordant(url) -> None:
 
 def test_timings_are_the_median_over_hosts(url, tmp_path) -> None:
     """A host within the trusted factor still cannot move a shape's latency: the median of three is a middle one
-    (a mean of 1.0, 1.0 and 0.55 would make TRITON_ATTN cheapest)."""
+    (a mean of 1.0, 1.0 and 0.55 would make FLASH_ATTN cheapest)."""
     honest(url)
     alone = select(url).ranked[1]
-    write(url, on("evil", [r for r in grid(base) if r.backend == "TRITON_ATTN"], scale=0.55))
+    write(url, on("evil", [r for r in grid(base) if r.backend == "FLASH_ATTN"], scale=0.55))
     sel = select(url)
     assert sel.backend == "FLASHINFER" and not any("not used" in n for n in sel.notes)
-    assert sel.ranked[1].backend == alone.backend == "TRITON_ATTN"
+    assert sel.ranked[1].backend == alone.backend == "FLASH_ATTN"
     assert sel.ranked[1].latency_us == pytest.approx(alone.latency_us)

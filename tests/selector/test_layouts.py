@@ -11,14 +11,14 @@ from hwtune.selector.api import _cached
 from tests.selector.test_measured import rec
 
 AUTO = AttentionSpec(32, 8, 128)
-# FLASHINFER is the faster backend in the NHD layout; TRITON_ATTN in HND is faster than anything in NHD.
+# FLASHINFER is the faster backend in the NHD layout; FLASH_ATTN in HND is faster than anything in NHD.
 FACTOR = {
     ("NHD", "FLASHINFER"): 1.0,
-    ("NHD", "TRITON_ATTN"): 1.3,
+    ("NHD", "FLASH_ATTN"): 1.3,
     ("HND", "FLASHINFER"): 1.2,
-    ("HND", "TRITON_ATTN"): 0.6,
+    ("HND", "FLASH_ATTN"): 0.6,
 }
-TACTIC = {"FLASHINFER": "fa2-tc", "TRITON_ATTN": "auto"}
+TACTIC = {"FLASHINFER": "fa2-tc", "FLASH_ATTN": "fa3"}
 
 
 def records(layouts=("NHD", "HND")):
@@ -52,13 +52,13 @@ def select(url, layout):
 
 def test_auto_takes_the_measured_cheapest_layout_and_says_so(url) -> None:
     sel = select(url, "auto")
-    assert (sel.backend, sel.kv_layout) == ("TRITON_ATTN", "HND")
+    assert (sel.backend, sel.kv_layout) == ("FLASH_ATTN", "HND")
     assert sel.to_dict()["kv_layout"] == "HND" and "KV layout HND" in sel.explain()
     note = next(n for n in sel.notes if n.startswith("KV layout HND chosen"))
-    assert "NHD: FLASHINFER" in note and "HND: TRITON_ATTN" in note
+    assert "NHD: FLASHINFER" in note and "HND: FLASH_ATTN" in note
 
 
-@pytest.mark.parametrize("layout, backend", [("NHD", "FLASHINFER"), ("HND", "TRITON_ATTN")])
+@pytest.mark.parametrize("layout, backend", [("NHD", "FLASHINFER"), ("HND", "FLASH_ATTN")])
 def test_a_requested_layout_is_never_replaced(url, layout: str, backend: str) -> None:
     sel = select(url, layout)
     assert (sel.backend, sel.kv_layout) == (backend, layout)

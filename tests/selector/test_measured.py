@@ -44,12 +44,12 @@ def grid(latency):
     for b in (1, 4, 16, 64, 256):
         for c in (512, 2048, 8192, 32768):
             w = AttentionWorkload(SPEC, "decode", b, c)
-            for bt in (("FLASHINFER", "xqa"), ("FLASHINFER", "fa2-tc"), ("TRITON_ATTN", "auto")):
+            for bt in (("FLASHINFER", "xqa"), ("FLASHINFER", "fa2-tc"), ("FLASH_ATTN", "fa3")):
                 out.append(rec(w, *bt, latency(*bt, w)))
     for chunk in (512, 2048, 8192):
         for prefix in (0, 8192):
             w = AttentionWorkload(SPEC, "prefill", 1, chunk + prefix, query_len=chunk)
-            for bt in (("FLASHINFER", "fa3"), ("FLASHINFER", "fa2-tc"), ("TRITON_ATTN", "auto")):
+            for bt in (("FLASHINFER", "fa3"), ("FLASHINFER", "fa2-tc"), ("FLASH_ATTN", "fa3")):
                 out.append(rec(w, *bt, latency(*bt, w)))
     return out
 
@@ -60,7 +60,7 @@ def base(backend, tactic, w):
         ("FLASHINFER", "xqa"): 0.9 if w.batch < 16 else 1.2,
         ("FLASHINFER", "fa2-tc"): 1.0,
         ("FLASHINFER", "fa3"): 0.7,
-        ("TRITON_ATTN", "auto"): 1.1,
+        ("FLASH_ATTN", "fa3"): 1.1,
     }[(backend, tactic)]
     return 10 + 0.001 * size * factor
 
@@ -83,8 +83,8 @@ def test_measured_ranking_and_dispatch(store) -> None:
     s.write(grid(base))
     sel = select(url)
     assert sel.backend == "FLASHINFER" and sel.ranked[0].source in ("measured", "interpolated")
-    assert sel.ranked[1].backend == "TRITON_ATTN" and sel.ranked[0].latency_us < sel.ranked[1].latency_us
-    assert sel.ranked[2].source == "static"  # FLASH_ATTN: valid but never measured here
+    assert sel.ranked[1].backend == "FLASH_ATTN" and sel.ranked[0].latency_us < sel.ranked[1].latency_us
+    assert sel.ranked[2].source == "static"  # TRITON_ATTN: valid but never measured here
     assert sel.per_phase == {"decode": "FLASHINFER", "prefill": "FLASHINFER"}
     assert sel.tactic_for("decode", 2, 3000) == "xqa"  # the measured crossover: xqa below batch 16
     assert sel.tactic_for("decode", 100, 3000) == "fa2-tc"
@@ -97,7 +97,7 @@ def test_other_environments_are_ignored_and_explained(store) -> None:
     url, s = store
     other_stack = dataclasses.replace(SoftwareStack.current(), flashinfer="0.6.11")
     other = current_environment(H100).__class__(H100, other_stack)
-    # another environment says TRITON_ATTN is 100x faster: it must not count
+    # another environment says FLASH_ATTN is 100x faster: it must not count
     s.write(
         [
             dataclasses.replace(
@@ -107,7 +107,7 @@ def test_other_environments_are_ignored_and_explained(store) -> None:
                 stats=LatencyStats.from_samples([0.01] * 3),
             )
             for r in grid(base)
-            if r.backend == "TRITON_ATTN"
+            if r.backend == "FLASH_ATTN"
         ]
     )
     s.write([r for r in grid(base) if r.backend == "FLASHINFER"])
@@ -127,7 +127,7 @@ def test_median_of_host_medians_resists_one_hostile_host(store) -> None:
             r,
             host="evil",
             run_id="evil",
-            stats=LatencyStats.from_samples([1e-3] * 3) if r.backend == "TRITON_ATTN" else r.stats,
+            stats=LatencyStats.from_samples([1e-3] * 3) if r.backend == "FLASH_ATTN" else r.stats,
         )
         for r in grid(base)
     ]
@@ -153,7 +153,7 @@ def test_crash_or_wrong_answer_here_rejects_the_backend(store) -> None:
         ]
     )
     sel = select(url)
-    assert sel.backend == "TRITON_ATTN"
+    assert sel.backend == "FLASH_ATTN"
     reason = sel.rejected["FLASHINFER"][0]
     assert (
         "FLASHINFER tactic xqa gave a wrong answer on decode batch 64 x 8192 in this environment (host node-c" in reason

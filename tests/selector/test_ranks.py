@@ -70,7 +70,7 @@ def test_attention_agrees_and_only_differing_ranks_say_what_differed(ranks) -> N
     assert len({g["digest"] for g in local}) == WORLD  # ranks 0 and 2: same backend, other tactics
     assert [g["digest"] for g in agreed] == [local[0]["digest"]] * WORLD
     assert all(g["backend"] == "FLASHINFER" for g in agreed)
-    assert any("differs in backend TRITON_ATTN here, FLASHINFER on rank 0" in n for n in agreed[1]["notes"])
+    assert any("differs in backend FLASH_ATTN here, FLASHINFER on rank 0" in n for n in agreed[1]["notes"])
     tactics = [n for n in agreed[2]["notes"] if "would have chosen" in n]
     assert tactics and "differs in tactics" in tactics[0] and "backend" not in tactics[0].split("differs in")[1]
 

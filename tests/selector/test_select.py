@@ -9,6 +9,7 @@ from hwtune import All2AllSpec, AttentionSpec, BackendNotValidError, NoValidBack
 from hwtune.core import packages
 from hwtune.core.errors import UnknownBackendError
 from hwtune.selector.api import _cached
+from hwtune.selector.engine_flags import NoEngineEquivalentError
 
 LLAMA = AttentionSpec(32, 8, 128)
 
@@ -53,17 +54,23 @@ def test_cpu_device_offers_only_cpu_backends() -> None:
 def test_dcp_without_lse_is_an_actionable_error() -> None:
     spec = AttentionSpec(32, 8, 128, dcp_size=2)
     with pytest.raises(BackendNotValidError) as err:
-        select(spec, device="sm90", backend="TORCH_SDPA")
+        select(spec, device="sm90", backend="TRITON_ATTN")
     msg = str(err.value)
     assert (
         "Decode Context Parallelism (DCP, --dcp 2) needs an attention backend that returns the softmax "
-        "log-sum-exp (LSE) during decode; TORCH_SDPA does not."
+        "log-sum-exp (LSE) during decode; vLLM 0.33.0's TRITON_ATTN does not."
     ) in msg
-    assert "Valid attention backends here that do: FLASH_ATTN, FLASHINFER, TRITON_ATTN." in msg
+    assert "Valid vLLM 0.33.0 attention backends here: FLASH_ATTN, FLASHINFER." in msg
     assert "Choose one with --backend or HWTUNE_ATTENTION_BACKEND, or run without DCP (--dcp 1)." in msg
-    assert err.value.valid == ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"]
-    # and without a request, DCP narrows the set to the LSE-returning backends
-    assert [r.backend for r in select(spec, device="sm90").ranked] == ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"]
+    assert err.value.valid == ["FLASH_ATTN", "FLASHINFER"]
+    # vLLM 0.33.0 narrows DCP to the impls that set supports_dcp: FlashAttentionImpl and FlashInferImpl (earlier
+    # hwtune facts counted vLLM's TRITON_ATTN, which was hwtune's own kernel under vLLM's name)
+    assert [r.backend for r in select(spec, device="sm90").ranked] == ["FLASH_ATTN", "FLASHINFER"]
+    # hwtune's own catalogue (no engine): its own Triton kernel returns the LSE; TORCH_SDPA does not
+    own = select(spec, device="sm90", engine=None)
+    assert [r.backend for r in own.ranked] == ["FLASH_ATTN", "FLASHINFER", "HWTUNE_TRITON_ATTN"]
+    with pytest.raises(BackendNotValidError, match="LSE.* during decode; TORCH_SDPA does not"):
+        select(spec, device="sm90", backend="TORCH_SDPA", engine=None)
 
 
 def test_dcp_steers_flashinfer_tactics_to_lse_returning_ones() -> None:
@@ -72,10 +79,23 @@ def test_dcp_steers_flashinfer_tactics_to_lse_returning_ones() -> None:
     assert sel.tactics["decode"] in ("fa2-tc", "fa2")  # trtllm-gen and xqa return no LSE
 
 
-@pytest.mark.parametrize("kv", ["turboquant_4bit", "turboquant_8bit"])
-def test_turboquant_caches_select_turboquant_by_narrowing(kv: str) -> None:
+@pytest.mark.parametrize("kv", ["turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc"])
+def test_vllm_turboquant_caches_select_vllms_turboquant(kv: str) -> None:
     sel = select(AttentionSpec(32, 8, 128, kv_cache_dtype=kv), device="sm90")
     assert sel.backend == "TURBOQUANT" and [r.backend for r in sel.ranked] == ["TURBOQUANT"]
+    assert sel.to_vllm_args() == ["--attention-backend", "TURBOQUANT"]
+    for name in ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION"):
+        assert any(f"does not support kv-cache dtype {kv}" in r for r in sel.rejected[name]), name
+
+
+@pytest.mark.parametrize("kv", ["turboquant_4bit", "turboquant_8bit"])
+def test_hwtunes_turboquant_formats_are_hwtunes_kernel_only(kv: str) -> None:
+    spec = AttentionSpec(32, 8, 128, kv_cache_dtype=kv)
+    with pytest.raises(NoValidBackendError) as err:
+        select(spec, device="sm90")  # vLLM knows no such kv-cache dtype: its TURBOQUANT is another format
+    assert "HWTUNE_TURBOQUANT is not one of vLLM 0.33.0's backends" in str(err.value)
+    sel = select(spec, device="sm90", engine=None)
+    assert sel.backend == "HWTUNE_TURBOQUANT" and [r.backend for r in sel.ranked] == ["HWTUNE_TURBOQUANT"]
     for name, reasons in sel.rejected.items():
         if name.endswith("MLA") or name == "FLASHMLA":
             continue
@@ -84,22 +104,29 @@ def test_turboquant_caches_select_turboquant_by_narrowing(kv: str) -> None:
 
 def test_fp8_e5m2_goes_only_where_declared() -> None:
     sel = select(AttentionSpec(32, 8, 128, kv_cache_dtype="fp8_e5m2"), device="sm90")
-    assert [r.backend for r in sel.ranked] == ["FLASHINFER"]
+    assert [r.backend for r in sel.ranked] == ["FLASHINFER", "TRITON_ATTN"]  # vLLM 0.33.0: FA takes e4m3 only
+    own = select(AttentionSpec(32, 8, 128, kv_cache_dtype="fp8_e5m2"), device="sm90", engine=None)
+    assert [r.backend for r in own.ranked] == ["FLASHINFER"]
 
 
-def test_sinks_on_hopper_only_flash_attn_fa3() -> None:
-    sel = select(AttentionSpec(64, 8, 64, sinks=True), device="sm90")
-    assert [r.backend for r in sel.ranked] == ["FLASH_ATTN"] and sel.tactic == "fa3"
-    assert any("No FLASHINFER tactic can run decode" in r for r in sel.rejected["FLASHINFER"])
-    sel = select(AttentionSpec(64, 8, 64, sinks=True), device="sm100")
+def test_sinks_on_hopper() -> None:
+    spec = AttentionSpec(64, 8, 64, sinks=True)
+    sel = select(spec, device="sm90")  # vLLM 0.33.0: FA3, FlashInfer through XQA on SM 9.0, its Triton kernel
+    assert [r.backend for r in sel.ranked] == ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"] and sel.tactic == "fa3"
+    own = select(spec, device="sm90", engine=None)  # FlashInfer's kernels, as hwtune runs them: sinks via trtllm-gen
+    assert [r.backend for r in own.ranked] == ["FLASH_ATTN"]
+    assert any("No FLASHINFER tactic can run decode" in r for r in own.rejected["FLASHINFER"])
+    sel = select(spec, device="sm100")
     assert sel.backend == "FLASHINFER" and sel.tactic == "trtllm-gen"
+    assert "FLASHINFER" in select(spec, device="sm80").rejected  # no sinks on SM 8.x (FlashInferBackend.supports_sink)
 
 
 def test_mla_selects_mla_backends_per_family() -> None:
     mla = AttentionSpec(16, 1, 576, use_mla=True, kv_lora_rank=512, qk_rope_head_dim=64, block_size=64)
-    assert [r.backend for r in select(mla, device="sm100").ranked] == ["FLASHINFER_MLA", "FLASHMLA", "TRITON_MLA"]
-    assert [r.backend for r in select(mla, device="sm90").ranked] == ["FLASHMLA", "TRITON_MLA"]
-    sel = select(mla, device="sm90")
+    assert [r.backend for r in select(mla, device="sm100").ranked] == ["FLASHINFER_MLA", "TRITON_MLA"]
+    assert [r.backend for r in select(mla, device="sm90").ranked] == ["FLASH_ATTN_MLA", "FLASHMLA", "TRITON_MLA"]
+    assert [r.backend for r in select(mla, device="sm120").ranked] == ["TRITON_MLA"]  # vLLM 0.33.0: SM 12.x list
+    sel = select(mla, device="sm90", engine=None)
     assert sel.rejected["FLASHINFER"] == (
         "This model uses multi-head latent attention (MLA); FLASHINFER is not an MLA backend.",
     )
@@ -115,9 +142,9 @@ def test_nothing_valid_lists_every_backend() -> None:
 
 def test_env_var_request_is_honoured_and_unknown_names_list_known_ones(monkeypatch) -> None:
     monkeypatch.setenv("HWTUNE_ATTENTION_BACKEND", "triton_attn")
-    assert select(device="sm90").backend == "TRITON_ATTN"
+    assert select(device="sm90").backend == "TRITON_ATTN"  # vLLM's
     monkeypatch.setenv("HWTUNE_ATTENTION_BACKEND", "NOPE")
-    with pytest.raises(UnknownBackendError, match="known attention backends: FLASHINFER, FLASH_ATTN"):
+    with pytest.raises(UnknownBackendError, match="known attention backends: FLASHINFER, FLASH_ATTN, TRITON_ATTN"):
         select(device="sm90")
 
 
@@ -185,9 +212,12 @@ def test_selection_json_shape_and_adapters() -> None:
     assert d["backend"] == "FLASHINFER" and d["tactic"] == "trtllm-gen"
     assert d["ranked"][0] == {**d["ranked"][0], "backend": "FLASHINFER", "source": "static"}
     assert isinstance(d["rejected"], dict) and all(isinstance(v, list) for v in d["rejected"].values())
+    assert d["engine"] == {"engine": "vllm", "version": "0.33.0"} and d["differences"] == []
     assert sel.to_vllm_args() == ["--attention-backend", "FLASHINFER"]
-    assert sel.to_sglang_args() == ["--attention-backend", "trtllm_mha"]
-    assert "FLASHINFER" in sel.explain() and "rejected:" in sel.explain()
+    with pytest.raises(NoEngineEquivalentError, match="made for vLLM 0.33.0.*--engine sglang"):
+        sel.to_sglang_args()
+    assert select(device="sm100", engine="sglang").to_sglang_args() == ["--attention-backend", "trtllm_mha"]
+    assert "with vLLM 0.33.0: FLASHINFER" in sel.explain() and "rejected:" in sel.explain()
 
 
 def test_warm_selection_is_fast() -> None:

@@ -28,15 +28,15 @@ DECODE_GRID = [(b, c) for b in (1, 4, 16, 64, 256) for c in (1024, 4096, 16384, 
 PREFILL_GRID = [(512, 512), (512, 2048), (512, 8192), (2048, 2048), (2048, 8192), (2048, 32768), (8192, 8192)]
 PREFILL_GRID += [(8192, 32768)]  # (chunk, context): the chunks of the built-in mix over their contexts
 
-# FLASHINFER is the faster decode backend, TRITON_ATTN the faster prefill one. Latencies are flat within a
+# FLASHINFER is the faster decode backend, FLASH_ATTN the faster prefill one. Latencies are flat within a
 # phase, so a backend's cost over a built-in profile is exactly w_decode * decode + w_prefill * prefill:
-#   decode-heavy  (0.85, 0.15): FLASHINFER 13.0,  TRITON_ATTN 18.5  -> FLASHINFER
-#   balanced      (0.60, 0.40): FLASHINFER 18.0,  TRITON_ATTN 16.0  -> TRITON_ATTN
-#   prefill-heavy (0.25, 0.75): FLASHINFER 25.0,  TRITON_ATTN 12.5  -> TRITON_ATTN
+#   decode-heavy  (0.85, 0.15): FLASHINFER 13.0,  FLASH_ATTN 18.5  -> FLASHINFER
+#   balanced      (0.60, 0.40): FLASHINFER 18.0,  FLASH_ATTN 16.0  -> FLASH_ATTN
+#   prefill-heavy (0.25, 0.75): FLASHINFER 25.0,  FLASH_ATTN 12.5  -> FLASH_ATTN
 # and unweighted (every shape counted once) FLASHINFER would win every profile.
-DECODE_US = {("FLASHINFER", "xqa"): 10.0, ("TRITON_ATTN", "auto"): 20.0}
-PREFILL_US = {("FLASHINFER", "fa3"): 30.0, ("TRITON_ATTN", "auto"): 10.0}
-PHASE_WINNER = {"decode-heavy": "FLASHINFER", "balanced": "TRITON_ATTN", "prefill-heavy": "TRITON_ATTN"}
+DECODE_US = {("FLASHINFER", "xqa"): 10.0, ("FLASH_ATTN", "fa3"): 20.0}
+PREFILL_US = {("FLASHINFER", "fa3"): 30.0, ("FLASH_ATTN", "fa3"): 10.0}
+PHASE_WINNER = {"decode-heavy": "FLASHINFER", "balanced": "FLASH_ATTN", "prefill-heavy": "FLASH_ATTN"}
 
 
 def attention_rec(w: AttentionWorkload, backend: str, tactic: str, us: float, *, status: str = "ok"):
@@ -136,14 +136,14 @@ def test_profile_weights_decide_the_backend(store, profile: str) -> None:
     expected = {
         b: w_decode * DECODE_US[next(k for k in DECODE_US if k[0] == b)]
         + w_prefill * PREFILL_US[next(k for k in PREFILL_US if k[0] == b)]
-        for b in ("FLASHINFER", "TRITON_ATTN")
+        for b in ("FLASHINFER", "FLASH_ATTN")
     }
     assert sel.backend == PHASE_WINNER[profile]
     assert [r.backend for r in sel.ranked[:2]] == sorted(expected, key=expected.get)
     assert [r.source for r in sel.ranked[:2]] == ["measured", "measured"]  # every mix shape was measured
     for r in sel.ranked[:2]:
         assert r.latency_us == pytest.approx(expected[r.backend])  # weighted mean over the mix
-    assert sel.ranked[2].backend == "FLASH_ATTN" and sel.ranked[2].source == "static"  # unmeasured: after them
+    assert sel.ranked[2].backend == "TRITON_ATTN" and sel.ranked[2].source == "static"  # unmeasured: after them
 
 
 def test_decode_heavy_uses_the_measured_tactics(store) -> None:
@@ -162,9 +162,9 @@ def test_per_phase_is_each_phases_own_winner(store, profile: str) -> None:
     url, s = store
     s.write(phase_split_records())
     sel = select(url, profile=profile)
-    # whichever backend wins the whole mix, decode is FLASHINFER's and prefill TRITON_ATTN's
-    assert sel.per_phase == {"decode": "FLASHINFER", "prefill": "TRITON_ATTN"}
-    assert "per phase: decode -> FLASHINFER, prefill -> TRITON_ATTN" in sel.explain()
+    # whichever backend wins the whole mix, decode is FLASHINFER's and prefill FLASH_ATTN's
+    assert sel.per_phase == {"decode": "FLASHINFER", "prefill": "FLASH_ATTN"}
+    assert "per phase: decode -> FLASHINFER, prefill -> FLASH_ATTN" in sel.explain()
 
 
 def test_per_phase_in_the_cli(store) -> None:
@@ -180,11 +180,11 @@ def test_per_phase_in_the_cli(store) -> None:
     res = CliRunner().invoke(app, [*base, "--profile", "decode-heavy", "--json"])
     data = json.loads(res.stdout)
     assert res.exit_code == 0 and data["backend"] == "FLASHINFER"
-    assert data["per_phase"] == {"decode": "FLASHINFER", "prefill": "TRITON_ATTN"}
+    assert data["per_phase"] == {"decode": "FLASHINFER", "prefill": "FLASH_ATTN"}
     _cached.cache_clear()
     res = CliRunner().invoke(app, [*base, "--profile", "prefill-heavy", "--per-phase"])
-    assert res.exit_code == 0 and res.stdout.strip().splitlines()[-1] == "TRITON_ATTN"
-    assert "decode: FLASHINFER (tactic xqa)" in res.stderr and "prefill: TRITON_ATTN (tactic auto)" in res.stderr
+    assert res.exit_code == 0 and res.stdout.strip().splitlines()[-1] == "FLASH_ATTN"
+    assert "decode: FLASHINFER (tactic xqa)" in res.stderr and "prefill: FLASH_ATTN (tactic fa3)" in res.stderr
 
 
 # --- a weights file ------------------------------------------------------------------------------------------
@@ -195,42 +195,42 @@ def test_json_weights_file_weighted_to_prefill_chooses_the_prefill_winner(store,
     s.write(phase_split_records())
     path = tmp_path / "prefill.json"
     # three decode shapes, one prefill shape: counted once each, FLASHINFER would win (60 vs 70 us);
-    # by the file's weights prefill is 85% of the time: FLASHINFER 27, TRITON_ATTN 11.5
+    # by the file's weights prefill is 85% of the time: FLASHINFER 27, FLASH_ATTN 11.5
     points = [{"phase": "decode", "batch": b, "context": c, "weight": 0.05} for b, c in ((1, 1024), (16, 4096))]
     points += [{"phase": "decode", "batch": 64, "context": 16384, "weight": 0.05}]
     points += [{"phase": "prefill", "batch": 1, "context": 8192, "query_len": 2048, "weight": 0.85}]
     path.write_text(json.dumps(points))
     assert [(p.phase, p.weight) for p in load_mix(path)][-1] == ("prefill", 0.85)
     sel = select(url, profile=str(path))
-    assert sel.backend == "TRITON_ATTN" and sel.ranked[1].backend == "FLASHINFER"
+    assert sel.backend == "FLASH_ATTN" and sel.ranked[1].backend == "FLASHINFER"
     assert sel.ranked[0].latency_us == pytest.approx(11.5) and sel.ranked[1].latency_us == pytest.approx(27.0)
-    assert sel.per_phase == {"decode": "FLASHINFER", "prefill": "TRITON_ATTN"}
+    assert sel.per_phase == {"decode": "FLASHINFER", "prefill": "FLASH_ATTN"}
 
 
 def test_toml_weights_file_weighted_to_decode_chooses_the_decode_winner(store, tmp_path) -> None:
     url, s = store
     s.write(phase_split_records())
     path = tmp_path / "decode.toml"
-    # the balanced profile would choose TRITON_ATTN; this file says decode is 90% of the time
+    # the balanced profile would choose FLASH_ATTN; this file says decode is 90% of the time
     path.write_text(
         "[[point]]\nphase = 'decode'\nbatch = 64\ncontext = 4096\nweight = 9\n\n"
         "[[point]]\nphase = 'prefill'\nbatch = 1\ncontext = 32768\nquery_len = 8192\nweight = 1\n"
     )
-    assert select(url).backend == "TRITON_ATTN"  # balanced, for contrast
+    assert select(url).backend == "FLASH_ATTN"  # balanced, for contrast
     sel = select(url, profile=str(path))
-    assert sel.backend == "FLASHINFER" and sel.ranked[1].backend == "TRITON_ATTN"
+    assert sel.backend == "FLASHINFER" and sel.ranked[1].backend == "FLASH_ATTN"
     assert sel.ranked[1].latency_us / sel.ranked[0].latency_us == pytest.approx((9 * 20 + 10) / (9 * 10 + 30))
 
 
-@pytest.mark.parametrize("chunk, winner", [(512, "FLASHINFER"), (8192, "TRITON_ATTN")])
+@pytest.mark.parametrize("chunk, winner", [(512, "FLASHINFER"), (8192, "FLASH_ATTN")])
 def test_prefill_chunk_length_of_a_weights_file_is_costed(store, tmp_path, chunk: int, winner: str) -> None:
-    """At one context, FLASHINFER is faster for short chunks (over a long cached prefix) and TRITON_ATTN for a
+    """At one context, FLASHINFER is faster for short chunks (over a long cached prefix) and FLASH_ATTN for a
     whole-context chunk: the chunk length in the file decides."""
     url, s = store
     short = AttentionWorkload(SPEC, "prefill", 1, 8192, query_len=512)
     whole = AttentionWorkload(SPEC, "prefill", 1, 8192, query_len=8192)
-    s.write([attention_rec(short, "FLASHINFER", "fa3", 5.0), attention_rec(short, "TRITON_ATTN", "auto", 8.0)])
-    s.write([attention_rec(whole, "FLASHINFER", "fa3", 50.0), attention_rec(whole, "TRITON_ATTN", "auto", 20.0)])
+    s.write([attention_rec(short, "FLASHINFER", "fa3", 5.0), attention_rec(short, "FLASH_ATTN", "fa3", 8.0)])
+    s.write([attention_rec(whole, "FLASHINFER", "fa3", 50.0), attention_rec(whole, "FLASH_ATTN", "fa3", 20.0)])
     path = tmp_path / "chunk.json"
     path.write_text(json.dumps([{"phase": "prefill", "batch": 1, "context": 8192, "query_len": chunk, "weight": 1}]))
     sel = select(url, profile=str(path))

@@ -150,7 +150,23 @@ prefix = [0, 64]
 @pytest.mark.parametrize(
     "text, words",
     [
-        ("[surprise]\nx = 1\n", "unknown sections surprise"),
+        ("[surprise]\nx = 1\n", r"unknown key\(s\) surprise"),
+        ('[model]\ntp = "x"\n', r"\[model\] tp must be integers >= 1, got 'x'"),
+        ("[model]\ntpp = 2\n", r"\[model\]: unknown key\(s\) tpp"),
+        ("[[attention]]\nnum_heads = 8\nnum_kv_heads = 2\nhead_size = 64\nheads = 3\n", r"unknown key\(s\) heads"),
+        (
+            "[[attention]]\nnum_heads = 8\nnum_kv_heads = 2\nhead_size = 64\n[[attention.decode]]\nbatchs = [1]\n",
+            r"\[\[attention.decode\]\]: unknown key\(s\) batchs",
+        ),
+        (
+            '[[attention]]\nnum_heads = 8\nnum_kv_heads = 2\nhead_size = 64\n[[attention.mixed]]\nbatch = "x"\n',
+            "mixed.batch",
+        ),
+        ("[all2all]\nep_size = 8\nnum_experts = 64\ntopk = 2\nhidden = 1\n", r"\[all2all\]: unknown key\(s\) hidden"),
+        (
+            'time_cap_s = "fast"\n[all2all]\nep_size = 8\nnum_experts = 64\ntopk = 2\nhidden_size = 64\n',
+            "time_cap_s must be",
+        ),
         ("[[attention]]\nnum_heads = 8\n", "missing"),
         (
             "[[attention]]\nnum_heads = 8\nnum_kv_heads = 2\nhead_size = 64\n[[attention.decode]]\nbatch = [0]\n",
@@ -162,8 +178,21 @@ prefix = [0, 64]
 def test_bad_plan_files(tmp_path: Path, text: str, words: str) -> None:
     f = tmp_path / "bad.toml"
     f.write_text(text)
-    with pytest.raises(InvalidSpecError, match=words):
+    with pytest.raises(InvalidSpecError, match=words) as err:
         plan_from_toml(f)
+    assert str(f) in str(err.value)  # the message names the file
+
+
+def test_bad_plan_file_on_the_cli_exits_2_without_a_traceback(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from hwtune.cli.main import app
+
+    f = tmp_path / "plan.toml"
+    f.write_text('[model]\ntp = "x"\n')
+    res = CliRunner().invoke(app, ["tune", "--plan", str(f), "--dry-run"])
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output and "[model] tp" in res.output
 
 
 def test_refinements_between_disagreeing_neighbours_come_first() -> None:

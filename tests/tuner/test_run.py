@@ -155,23 +155,23 @@ def test_two_nodes_share_one_plan(shared_url: str, plan_file: Path) -> None:
     assert len(recs) == 6 and len({(r.workload_key, r.backend, r.tactic) for r in recs}) == 6
 
 
-def test_tune_refuses_an_unknown_device_instead_of_tuning_the_cpu(tmp_path: Path) -> None:
-    """``--device H100`` once fell through to a CPU plan; it must stop with exit 2 and say what is accepted."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "hwtune",
-        "tune",
-        "--quick",
-        "--dry-run",
-        "--device",
-        "H100",
-        "--db",
-        f"sqlite:///{tmp_path / 't.db'}",
-    ]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 2, res.stdout + res.stderr
-    assert "--device takes auto, cuda or cpu, not 'H100'" in res.stderr
+def test_tune_plans_for_a_named_device_and_refuses_to_measure_one_it_lacks(tmp_path: Path) -> None:
+    """``--device H100 --dry-run`` plans for an H100 (as the README promises); without --dry-run measuring needs the
+    device, and says so (exit 2); an unknown name lists the known ones instead of tuning the CPU."""
+    from typer.testing import CliRunner
+
+    from hwtune.cli.main import app
+
+    db = ["--db", f"sqlite:///{tmp_path / 't.db'}", "--kinds", "attention"]
+    planned = CliRunner().invoke(app, ["tune", "--quick", "--dry-run", "--device", "H100", "--json", *db])
+    assert planned.exit_code == 0, planned.output
+    assert "H100" in json.loads(planned.stdout)["device"] and "simulated" in json.loads(planned.stdout)["device"]
+    refused = CliRunner().invoke(app, ["tune", "--quick", "--device", "sm100", *db])
+    assert refused.exit_code == 2, refused.output
+    assert "measuring needs that device" in refused.output and "--dry-run" in refused.output
+    assert "Traceback" not in refused.output and not (tmp_path / "t.db").exists()
+    unknown = CliRunner().invoke(app, ["tune", "--quick", "--dry-run", "--device", "H1000", *db])
+    assert unknown.exit_code == 2 and "unknown device 'H1000'" in unknown.output and "sm100" in unknown.output
 
 
 def test_a_tune_that_measures_nothing_says_why_and_fails(tmp_path: Path) -> None:

@@ -37,6 +37,12 @@ _BY_NAME: dict[tuple[str, str], Backend] = {
 _ALIASES: dict[tuple[str, str], str] = {("all2all", "flashinfer_all2allv"): "flashinfer_nvlink_two_sided"}
 
 
+#: Names measurements were recorded under before hwtune's own kernels got names of their own (2026-11-25):
+#: every attention measurement named TRITON_ATTN or TURBOQUANT before then is hwtune's kernel (no build ever
+#: measured vLLM's backends of those names). Store migration 0003 and the JSON Lines import read them as today's.
+RENAMED_MEASUREMENTS: dict[str, str] = {"TRITON_ATTN": "HWTUNE_TRITON_ATTN", "TURBOQUANT": "HWTUNE_TURBOQUANT"}
+
+
 def backends(kind: str) -> tuple[Backend, ...]:
     """All declared backends of a kind ("attention" or "all2all")."""
     if kind not in _ALL:
@@ -77,6 +83,23 @@ def get_any(name: str) -> Backend:
     return found
 
 
+def engine_record(engine: str, name: str, mla: bool) -> tuple[Backend, str | None] | None:
+    """The record hwtune measures an engine's attention backend ``name`` by, and the tactic when the engine names one
+    tactic of it (SGLang's trtllm_mha is FLASHINFER's trtllm-gen), from the records' engine flags; None when
+    hwtune runs no kernel of that backend (vLLM's TRITON_ATTN, SGLang's triton: the engines' own kernels)."""
+    flag = ("--attention-backend", name)
+    for b in _ALL["attention"]:
+        flags = b.engines.get(engine)
+        if flags is None or b.has(Feature.MLA) != mla:
+            continue
+        if flags.args == flag:
+            return b, None
+        tactic = next((t for t, args in flags.by_tactic.items() if args == flag), None)
+        if tactic is not None:
+            return b, tactic
+    return None
+
+
 def quick_backends(kind: str, device_type: str = "cuda") -> tuple[str, ...]:
     """What ``hwtune tune --quick`` measures of ``kind`` on ``device_type``: backend names, or ``NAME:tactic``
     for one tactic. Where none of the quick backends runs on that device type (the CPU), every backend hwtune
@@ -87,6 +110,7 @@ def quick_backends(kind: str, device_type: str = "cuda") -> tuple[str, ...]:
 
 
 __all__ = [
+    "RENAMED_MEASUREMENTS",
     "Backend",
     "Tactic",
     "Feature",
@@ -104,4 +128,5 @@ __all__ = [
     "find",
     "get_any",
     "quick_backends",
+    "engine_record",
 ]

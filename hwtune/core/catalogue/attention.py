@@ -1,16 +1,19 @@
-"""Attention backends (non-MLA), named as vLLM's ``--attention-backend`` names them.
+"""Attention kernels hwtune measures and runs (non-MLA): the libraries engines use, named as vLLM's
+``--attention-backend`` names the engine backend built on them, and hwtune's own kernels.
 
-Each record is the one place that says everything about its backend: rules (allowlists with sources),
-tactics and their compile estimates (FlashInfer's JIT figures measured on an H100, docs/tuning.md), the
-probe that runs it, its engine flags, its static priority per architecture family (vLLM's
-``CudaPlatformBase._get_backend_priorities`` in vllm/platforms/cuda.py: its Blackwell branch is
-``device_capability.major == 10``, so SM 12.x takes the FLASH_ATTN-first order of the other CUDA GPUs),
-and its tactic order when nothing was measured.
+Each record is the one place that says everything about its kernel as hwtune runs it: rules (allowlists with
+sources), tactics and their compile estimates (FlashInfer's JIT figures measured on an H100, docs/tuning.md),
+the probe that runs it, its engine flags, its place in hwtune's own static order per architecture family (used
+when no engine is targeted, ``--engine none``, and on the CPU), and its tactic order when nothing was measured.
 
-Facts come from vLLM's ``validate_configuration`` inputs (``vllm/v1/attention/backends/*.py``, summarised in
-``docs/design/attention_backends.md``) and from FlashInfer 0.6.18's own checks; each is cited in ``sources``.
-TRITON_ATTN and TURBOQUANT are hwtune's own Triton kernels (``hwtune.kernels``): their entries
-declare what those kernels implement, nothing more.
+What an engine version accepts and in which order it tries its backends is not stated here: it is the engine's
+snapshot (``hwtune/core/catalogue/engines``, docs/engines.md), which selection for an engine target follows.
+
+Facts come from the libraries' own checks (FlashInfer 0.6.18, flash-attn, torch) and, where a record restates
+how vLLM drives the library, from vLLM's backend modules; each is cited in ``sources``. HWTUNE_TRITON_ATTN and
+HWTUNE_TURBOQUANT are hwtune's own Triton kernels (``hwtune.kernels``): their entries declare what those kernels
+implement, nothing more. They are not vLLM's TRITON_ATTN and TURBOQUANT (other kernels, with other kv-cache
+formats), and no engine can be told to load them.
 """
 
 from __future__ import annotations
@@ -321,15 +324,26 @@ FLASH_ATTN = Backend(
     },
 )
 
-# --- TRITON_ATTN (hwtune's kernel) --------------------------------------------------------------------------
-TRITON_ATTN = Backend(
-    name="TRITON_ATTN",
+# --- HWTUNE_TRITON_ATTN (hwtune's kernel) -------------------------------------------------------------------
+
+
+def hwtune_kernel(engine: str, kernel: str, theirs: str) -> EngineFlags:
+    """No flag: an engine cannot load hwtune's own kernel (its same-named backend, if any, is another kernel)."""
+    return EngineFlags(missing=f"{kernel} is hwtune's own Triton kernel; {engine} cannot load it ({theirs})")
+
+
+HWTUNE_TRITON_ATTN = Backend(
+    name="HWTUNE_TRITON_ATTN",
     kind="attention",
     probe=Probe(f"{PROBES}.triton_attn:TritonAttnCandidate", ("triton",)),
-    engines={"vllm": vllm("TRITON_ATTN"), "sglang": sglang("triton")},
+    engines={
+        "vllm": hwtune_kernel("vLLM", "HWTUNE_TRITON_ATTN", "vLLM's TRITON_ATTN is a different kernel"),
+        "sglang": hwtune_kernel("SGLang", "HWTUNE_TRITON_ATTN", "SGLang's triton backend is a different kernel"),
+    },
     priority=priority(blackwell=2, others=2),
     quick=True,
-    summary="hwtune's paged attention in Triton: split-KV decode with LSE merge, chunked causal prefill",
+    summary="hwtune's own paged attention in Triton (not vLLM's TRITON_ATTN): split-KV decode with LSE merge, "
+    "chunked causal prefill",
     rules=AttentionRules(
         device_types=CUDA,
         compute_capabilities=(CCRange((8, 0)),),
@@ -497,22 +511,25 @@ TORCH_SDPA = Backend(
     },
 )
 
-# --- TURBOQUANT (hwtune's kernel) ---------------------------------------------------------------------------
-TURBOQUANT = Backend(
-    name="TURBOQUANT",
+# --- HWTUNE_TURBOQUANT (hwtune's kernel) --------------------------------------------------------------------
+HWTUNE_TURBOQUANT = Backend(
+    name="HWTUNE_TURBOQUANT",
     kind="attention",
     probe=Probe(f"{PROBES}.turboquant:TurboQuantCandidate", ("triton",)),
     engines={
-        "vllm": vllm("TURBOQUANT"),
-        "sglang": EngineFlags(
-            missing="SGLang has no TurboQuant KV-cache attention backend; serve "
-            "turboquant_* KV caches with vLLM, or pick another kv-cache dtype"
+        "vllm": hwtune_kernel(
+            "vLLM",
+            "HWTUNE_TURBOQUANT",
+            "vLLM's TURBOQUANT is a different kernel, for the kv-cache dtypes turboquant_k8v4, turboquant_4bit_nc, "
+            "turboquant_k3v4_nc and turboquant_3bit_nc",
         ),
+        "sglang": hwtune_kernel("SGLang", "HWTUNE_TURBOQUANT", "SGLang has no TurboQuant KV-cache backend"),
     },
-    # Last, as vLLM appends it: it only wins where it is the only valid backend (turboquant_* kv caches).
+    # Last: it only wins where it is the only valid backend (hwtune's turboquant_* kv caches).
     priority=priority(blackwell=5, others=5),
     quick=True,
-    summary="hwtune's compressed KV cache: randomised Hadamard rotation + scalar codes, attention on codes",
+    summary="hwtune's own compressed KV cache (not vLLM's TURBOQUANT): randomised Hadamard rotation + scalar "
+    "codes, attention on codes",
     rules=AttentionRules(
         device_types=CUDA,
         compute_capabilities=(CCRange((8, 0)),),
@@ -532,7 +549,8 @@ TURBOQUANT = Backend(
         "device_types": "hwtune/kernels/turboquant.py (Triton on CUDA)",
         "compute_capabilities": "hwtune/kernels/turboquant.py (bf16 tl.dot: SM 8.0+)",
         "dtypes": "hwtune/kernels/turboquant.py",
-        "kv_cache_dtypes": "hwtune/kernels/turboquant.py: the only backend declaring turboquant_*",
+        "kv_cache_dtypes": "hwtune/kernels/turboquant.py: hwtune's own formats turboquant_4bit and turboquant_8bit "
+        "(not vLLM's turboquant_k8v4, turboquant_4bit_nc, ...)",
         "head_sizes": "Hadamard rotation needs a power-of-two head size",
         "block_sizes": "hwtune/kernels/turboquant.py: page sizes 16 to 128",
         "kv_layouts": "hwtune/kernels/turboquant.py: allocate_cache(layout='NHD' | 'HND'); both "
@@ -547,8 +565,8 @@ TURBOQUANT = Backend(
 ATTENTION_BACKENDS: tuple[Backend, ...] = (
     FLASHINFER,
     FLASH_ATTN,
-    TRITON_ATTN,
+    HWTUNE_TRITON_ATTN,
     FLEX_ATTENTION,
-    TURBOQUANT,
+    HWTUNE_TURBOQUANT,
     TORCH_SDPA,
 )

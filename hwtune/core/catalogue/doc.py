@@ -49,11 +49,15 @@ def _backend(b: Backend) -> list[str]:
 
 
 def markdown(kinds: Iterable[str] = ("attention", "all2all")) -> str:
-    """The catalogue of ``kinds`` as Markdown; docs/catalogue.md is this output, kept equal by a test."""
+    """The catalogue of ``kinds`` as Markdown, then (with attention) the engine snapshots; docs/catalogue.md is this
+    output, kept equal by a test."""
+    from hwtune.core.catalogue.engines.doc import engines_markdown
+
     out: list[str] = []
+    kinds = list(kinds)
     for kind in kinds:
         out += [f"## {kind} backends", ""]
         for b in backends(kind):
             assert isinstance(b.rules, (AttentionRules, All2AllRules))
             out += _backend(b)
-    return "\n".join(out)
+    return "\n".join(out) + ("\n" + engines_markdown() if "attention" in kinds else "")

@@ -2,10 +2,11 @@
 
 All of them read a latent cache of width kv_lora_rank + qk_rope_head_dim = 576 with one KV head
 (vllm model_executor/layers/attention/mla_attention.py MLACommonBackend.get_supported_head_sizes -> [576]).
-Static orders: vllm/platforms/cuda.py ``_get_backend_priorities(use_mla=True)``: SM10: FLASHINFER_MLA,
-CUTLASS_MLA, (FLASH_ATTN_MLA), FLASHMLA, TRITON_MLA; others: (FLASH_ATTN_MLA), FLASHMLA, FLASHINFER_MLA,
-TRITON_MLA. hwtune does not run these kernels itself (they ship inside vLLM and FlashInfer); they are selectable from
-static priorities and from measurements imported into the store.
+The places below are hwtune's own order, used when no engine is targeted (``--engine none``); for an engine
+target the order, the backends and their rules are the engine version's (its snapshot in
+hwtune/core/catalogue/engines: vLLM 0.33.0 also tries FLASH_ATTN_MLA and TOKENSPEED_MLA, and on SM 12.x
+TRITON_MLA first). hwtune does not run these kernels itself (they ship inside vLLM and FlashInfer); measurements
+imported into the store rank them.
 """
 
 from __future__ import annotations
@@ -125,10 +126,10 @@ CUTLASS_MLA = _mla(
 
 FLASHMLA = _mla(
     "FLASHMLA",
-    "DeepSeek FlashMLA decode (Hopper and Blackwell)",
+    "DeepSeek FlashMLA dense decode (Hopper)",
     AttentionRules(
         device_types=CUDA,
-        compute_capabilities=(CCRange((9, 0), (10, 3)),),
+        compute_capabilities=(CCRange((9, 0), (9, 9)),),
         dtypes=FP16_BF16,
         kv_cache_dtypes=fs("auto", "float16", "bfloat16", "fp8_e4m3"),
         head_sizes=LATENT,
@@ -139,7 +140,8 @@ FLASHMLA = _mla(
     ),
     (PackageRequirement("vllm", "", "FlashMLA ships in vLLM", alternatives=("flash-mla", "flash_mla")),),
     {
-        "compute_capabilities": f"{MLA}/flashmla.py supports_compute_capability: major in [9, 10]",
+        "compute_capabilities": f"{MLA}/flashmla.py supports_compute_capability: major in [9, 10], narrowed by "
+        "vllm 0.33.0 v1/attention/ops/flashmla.py is_flashmla_dense_supported: dense FlashMLA on Hopper only",
         "kv_cache_dtypes": "vllm docs/design/attention_backends.md MLA table (FLASHMLA)",
         "block_sizes": f"{MLA}/flashmla.py get_supported_kernel_block_sizes -> [64]",
         "features": f"{MLA}/flashmla.py can_return_lse_for_decode=True, query_len_support UNIFORM, "
@@ -174,7 +176,7 @@ TRITON_MLA = _mla(
         "packages": "vllm + triton",
     },
     order=dict(blackwell=3, others=2),
-    sglang_flags=sglang("triton"),
+    sglang_flags=EngineFlags(missing="SGLang's triton MLA backend is SGLang's own kernel, not vLLM's TRITON_MLA"),
 )
 
 MLA_BACKENDS: tuple[Backend, ...] = (FLASHINFER_MLA, TRITON_MLA, CUTLASS_MLA, FLASHMLA)

@@ -52,7 +52,7 @@ def plan_candidates(
 ) -> list[Planned]:
     """Every (backend, tactic) to try for ``workload`` (MLA backends only for MLA specs).
 
-    ``backends`` entries are names ("FLASHINFER") or name:tactic ("TRITON_ATTN:auto") to keep one tactic.
+    ``backends`` entries are names ("FLASHINFER") or name:tactic ("HWTUNE_TRITON_ATTN:auto") to keep one tactic.
     """
     only: dict[str, set[str]] = {}
     for entry in backends or ():

@@ -1,4 +1,4 @@
-"""TRITON_ATTN: hwtune's own paged attention kernels (``hwtune.kernels.triton_attention``).
+"""HWTUNE_TRITON_ATTN: hwtune's own paged attention kernels (``hwtune.kernels.triton_attention``).
 
 Tactic ``auto`` runs the heuristic config; ``tuned`` searches the config space on this very workload when
 first planned (each config's output must match the auto config's before it may be timed, and the search
@@ -114,7 +114,7 @@ class TritonAttnRunner(Runner):
 class TritonAttnCandidate(Candidate):
     """TRITON_ATTN's tactics ``auto`` and ``tuned``; needs a CUDA device visible to torch."""
 
-    backend = "TRITON_ATTN"
+    backend = "HWTUNE_TRITON_ATTN"
 
     def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:
         if device != "cuda" or not torch.cuda.is_available():

@@ -1,4 +1,4 @@
-"""TURBOQUANT: hwtune's compressed KV cache (``hwtune.kernels.turboquant``).
+"""HWTUNE_TURBOQUANT: hwtune's compressed KV cache (``hwtune.kernels.turboquant``).
 
 The problem's cache holds the source K/V; ``prepare`` quantises every slot into TurboQuant pages (the
 engine would have written them at append time, so it is not timed) and the gate compares the output with
@@ -89,7 +89,7 @@ class TurboQuantRunner(Runner):
 class TurboQuantCandidate(Candidate):
     """TURBOQUANT's one tactic, ``auto``; the bit width comes from the spec's turboquant_* kv-cache dtype."""
 
-    backend = "TURBOQUANT"
+    backend = "HWTUNE_TURBOQUANT"
 
     def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:
         if device != "cuda" or not torch.cuda.is_available():
