@@ -103,7 +103,7 @@ def _point(item: dict, kind: str, p: Path, i: int) -> MixPoint:
     phases = ("dispatch_combine",) if kind == "all2all" else ("decode", "prefill")
     if mp.phase not in phases:
         raise InvalidSpecError(f"{p}: point {i} has phase {mp.phase!r}; a {kind} weights file has {', '.join(phases)}")
-    if mp.batch <= 0 or mp.context <= 0 or not mp.weight >= 0:
+    if mp.batch <= 0 or mp.context <= 0 or mp.query_len <= 0 or not mp.weight >= 0:
         raise InvalidSpecError(f"{p}: point {i} has a non-positive size or weight")
     return mp
 

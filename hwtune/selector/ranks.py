@@ -103,6 +103,7 @@ def decision(sel: Selection) -> dict[str, Any]:
         "backend": sel.backend,
         "tactics": dict(sel.tactics),
         "per_phase": dict(sel.per_phase),
+        "kv_layout": sel.spec.get("kv_layout"),
         "dispatch": sorted([e.phase, e.batch_max, e.context_max, e.tactic] for e in sel.dispatch),
     }
 
@@ -194,7 +195,8 @@ def _outcome(sel: Selection | None, exc: BaseException | None, mode: str) -> dic
     return {
         "ok": True,
         "mode": mode,
-        "question": {"kind": sel.kind, **{k: str(v) for k, v in sel.spec.items()}},
+        # the layout is an answer, not part of the question: with kv_layout=auto each rank's store decides it
+        "question": {"kind": sel.kind, **{k: str(v) for k, v in sel.spec.items() if k != "kv_layout"}},
         "digest": digest(sel),
         "choice": describe(sel),
         "uses": sorted({sel.backend, *sel.per_phase.values()}),

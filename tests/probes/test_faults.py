@@ -223,3 +223,11 @@ def test_dcp_share_masked_causally_is_caught_with_speculative_decode(pool: Worke
 def test_a_runner_without_non_causal_shares_is_unsupported_for_dcp_with_spec_decode(pool: WorkerPool) -> None:
     rec = measure(pool, "Good", workload=DCP_SPEC)  # SDPA's runner: no LSE, no non-causal shares
     assert rec.status == "unsupported" and "without a causal mask" in rec.message, rec.message
+
+
+def test_dcp_mixed_batches_and_too_short_contexts_are_unsupported_not_unchecked(pool: WorkerPool) -> None:
+    spec = AttentionSpec(4, 2, 32, dtype="float32", dcp_size=2, spec_tokens=2)
+    mixed = measure(pool, "ReferenceLse", workload=AttentionWorkload(spec, "mixed", 3, 70, query_len=24, num_prefill=1))
+    assert mixed.status == "unsupported" and "no DCP check for mixed" in mixed.message
+    short = measure(pool, "ReferenceLse", workload=AttentionWorkload(spec, "decode", 3, 18, query_len=3))
+    assert short.status == "unsupported" and short.message.startswith("DCP check:"), short.message

@@ -70,7 +70,10 @@ def _dcp_check(
     ref: tuple[torch.Tensor, torch.Tensor],
     tol: tuple[float, float],
 ) -> dict[str, float]:
-    half_a, half_b = split_halves(problem)
+    try:
+        half_a, half_b = split_halves(problem)
+    except ValueError as exc:  # too short a context to split over two ranks: cannot be checked
+        raise Unsupported(f"DCP check: {exc}") from None
     parts = []
     for half in (half_a, half_b):
         runner = candidate.runner(workload, tactic, device)
@@ -198,6 +201,8 @@ def _runner(workload: AttentionWorkload, candidate: Any, tactic: str, device: st
     """The runner the engine's computation needs: with DCP, a prefill is the DCP prefill path (dcp.py)."""
     if workload.spec.dcp_size > 1 and workload.phase == "prefill":
         return candidate.dcp_prefill_runner(workload, tactic, device)
+    if workload.spec.dcp_size > 1 and workload.phase == "mixed":
+        raise Unsupported("hwtune's gate has no DCP check for mixed batches; not measured rather than unchecked")
     return candidate.runner(workload, tactic, device)
 
 
