@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -11,6 +12,7 @@ import typer
 
 from hwtune.cli import specs as S
 from hwtune.cli.common import AssumeInstalledOpt, DeviceOpt, JsonOpt, console, emit_json, guarded
+from hwtune.core.errors import InvalidSpecError
 from hwtune.core.model_config import all2all_spec, load_model_config
 from hwtune.core.types import All2AllSpec
 from hwtune.selector.api import select_all2all, select_attention
@@ -22,17 +24,26 @@ app = typer.Typer(
 
 
 class Format(str, Enum):
-    """How ``hwtune select`` prints its selection: text for people, JSON, or one engine's flags."""
+    """How ``hwtune select`` prints its selection: text for people, JSON, the target engine's flags (``args``) or
+    environment (``env``), or one named engine's flags (``vllm``, ``sglang``)."""
 
     text = "text"
     json = "json"
+    args = "args"
+    env = "env"
     vllm = "vllm"
     sglang = "sglang"
 
 
 BackendOpt = typer.Option(None, "--backend", "-b", help="Ask for this backend; an error if it is not valid here.")
 ExplainOpt = typer.Option(False, "--explain", help="Show every rank's source and every rejection's reasons.")
-FormatOpt = typer.Option(Format.text, "--format", help="text, json, or the engine's flags (vllm, sglang).")
+FormatOpt = typer.Option(
+    Format.text,
+    "--format",
+    help="text; json; args: the --engine's flags (backend per phase where it can, block size, kv-cache dtype, "
+    "all2all); env: export lines (the engine's own variables, e.g. VLLM_KV_CACHE_LAYOUT, and the flags in "
+    "HWTUNE_<ENGINE>_ARGS); vllm, sglang: that engine's flags.",
+)
 DbOpt = typer.Option(
     None,
     "--db",
@@ -56,19 +67,39 @@ def _db(db: Optional[str]) -> str | bool | None:
     return False if db is not None and db.strip().lower() == "none" else db
 
 
-def _print(selection: Selection, json_out: bool, explain: bool, fmt: Format, per_phase: bool = False) -> None:
+def _print(
+    selection: Selection,
+    json_out: bool,
+    explain: bool,
+    fmt: Format,
+    per_phase: bool = False,
+    all2all: Selection | None = None,
+) -> None:
+    engine = fmt.value if fmt in (Format.vllm, Format.sglang) else None
+    if fmt in (Format.args, Format.vllm, Format.sglang, Format.env):
+        out = selection.launch(engine, all2all)
+        if fmt is Format.env:
+            print("\n".join(f"export {k}={shlex.quote(v)}" for k, v in out.to_env().items()))
+        else:
+            print(shlex.join(out.args))
+        for note in out.notes:
+            console.print(f"note: {note}", markup=False)
+        return
     if json_out or fmt is Format.json:
-        emit_json(selection.to_dict())
-        return
-    if fmt is Format.vllm:
-        print(" ".join(selection.to_vllm_args()))
-        return
-    if fmt is Format.sglang:
-        print(" ".join(selection.to_sglang_args()))
+        payload = selection.to_dict()
+        if all2all is not None:
+            payload["all2all"] = all2all.to_dict()
+        if selection.engine is not None:
+            payload["launch"] = selection.launch(None, all2all).to_dict()
+        emit_json(payload)
         return
     if explain:
         console.print(selection.explain(), markup=False)
         return
+    _print_text(selection, per_phase, all2all)
+
+
+def _print_text(selection: Selection, per_phase: bool, all2all: Selection | None) -> None:
     ranked = ", ".join(r.backend for r in selection.ranked)
     console.print(
         f"{selection.kind}: [bold]{selection.backend}[/] (tactic {selection.tactic}) on {selection.device.describe()}"
@@ -82,10 +113,18 @@ def _print(selection: Selection, json_out: bool, explain: bool, fmt: Format, per
             console.print(f"  {phase}: [bold]{backend}[/] (tactic {tactic})")
         if not selection.per_phase:
             console.print("  (per-phase ranking needs measurements; these are the static choice)", markup=False)
+    if all2all is not None:
+        console.print(f"  all2all: [bold]{all2all.backend}[/]")
     for note in selection.notes:
         console.print(f"  note: {note}", markup=False)
     if selection.rejected:
         console.print(f"  rejected: {', '.join(selection.rejected)} (--explain for reasons)", markup=False)
+    if selection.engine is not None:
+        out = selection.launch(None, all2all)
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in out.env.items())
+        console.print(f"  {selection.engine_name}: {(env + ' ') if env else ''}{shlex.join(out.args)}", markup=False)
+        for note in out.notes:
+            console.print(f"  note: {note}", markup=False)
     print(selection.backend)
 
 
@@ -119,6 +158,12 @@ def attention(
     per_phase: bool = PerPhaseOpt,
     engine: str = EngineOpt,
     engine_version: Optional[str] = EngineVersionOpt,
+    ep_size: Optional[int] = typer.Option(
+        None,
+        "--ep-size",
+        min=1,
+        help="Expert-parallel size of a MoE --model: also select its MoE all2all backend, in the flags too.",
+    ),
     explain: bool = ExplainOpt,
     fmt: Format = FormatOpt,
     json_out: bool = JsonOpt,
@@ -145,6 +190,18 @@ def attention(
     )
     if block_size is None:  # none given: the engine runs each backend at its own size (docs/engines.md)
         spec = dataclasses.replace(spec, block_size=None)
+    a2a = None
+    if ep_size is not None and ep_size > 1:
+        if model is None:
+            raise InvalidSpecError("--ep-size selects a MoE model's all2all backend: give the model with --model")
+        a2a = select_all2all(
+            all2all_spec(load_model_config(model), ep_size),
+            device=device,
+            assume_installed=assume_installed,
+            db=_db(db),
+            max_num_seqs=max_num_seqs,
+            profile=profile if "/" not in profile and not profile.endswith((".json", ".toml")) else "balanced",
+        )
     _print(
         select_attention(
             spec,
@@ -162,6 +219,7 @@ def attention(
         explain,
         fmt,
         per_phase,
+        a2a,
     )
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 from hwtune.core.devices import DeviceProfile
+
+if TYPE_CHECKING:
+    from hwtune.selector.engine_flags import EngineLaunch
 
 Source = Literal["measured", "interpolated", "static"]
 
@@ -158,14 +161,23 @@ class Selection:
                 lines += [f"    - {reason}" for reason in reasons]
         return "\n".join(lines)
 
-    def to_vllm_args(self) -> list[str]:
-        """The vLLM command-line flags that make vLLM use the chosen backend."""
-        from hwtune.selector.engine_flags import vllm_args
+    def launch(self, engine: str | None = None, all2all: "Selection | None" = None) -> "EngineLaunch":
+        """How to start ``engine`` (default: the engine this selection was made for) with it, and with an all2all
+        selection for a MoE model: flags, environment variables and notes (``hwtune.selector.engine_flags``)."""
+        from hwtune.selector.engine_flags import launch
 
-        return vllm_args(self)
+        return launch(self, engine, all2all)
 
-    def to_sglang_args(self) -> list[str]:
-        """The SGLang command-line flags that make SGLang use the chosen backend (and tactic where it names one)."""
-        from hwtune.selector.engine_flags import sglang_args
+    def to_vllm_args(self, all2all: "Selection | None" = None) -> list[str]:
+        """The vLLM command-line flags for this selection (backend, per phase where the version can, block size,
+        kv-cache dtype, and ``all2all``'s backend); the KV layout is an environment variable (``to_env``)."""
+        return list(self.launch("vllm", all2all).args)
 
-        return sglang_args(self)
+    def to_sglang_args(self, all2all: "Selection | None" = None) -> list[str]:
+        """The SGLang command-line flags for this selection (prefill and decode backends where they differ)."""
+        return list(self.launch("sglang", all2all).args)
+
+    def to_env(self, engine: str | None = None, all2all: "Selection | None" = None) -> dict[str, str]:
+        """Environment variables for the engine: its own (vLLM's VLLM_KV_CACHE_LAYOUT) and the flags in
+        HWTUNE_<ENGINE>_ARGS, for launch scripts."""
+        return self.launch(engine, all2all).to_env()

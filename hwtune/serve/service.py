@@ -145,13 +145,27 @@ def option_at_fault(message: str, options: dict[str, Any]) -> str:
     return max(named, key=len) if named else "spec"
 
 
+def fell_back(used: str | None, note: str | None) -> bool:
+    """Whether the configured store did not answer: static priorities, or the local store after the configured one
+    failed ("shared store ... unreachable ...; using local store PATH")."""
+    found = _USING.search(note or "")
+    return used is None or (found is not None and found.group(1) == "local" and found.start() > 0)
+
+
 def selection_payload(selection: Selection, configured: str, explain: bool) -> dict[str, Any]:
-    """``Selection.to_dict()`` plus what the service adds: ``static_fallback``, ``store`` and, when asked,
-    ``explain``."""
+    """``Selection.to_dict()`` plus what the service adds: ``static_fallback``, ``store`` (with ``fallback``: the
+    configured store did not answer), ``launch`` (the engine's flags and environment, for an engine target) and,
+    when asked, ``explain``."""
     body = selection.to_dict()
     used, note = store_use(selection.notes)
     body["static_fallback"] = used is None
-    body["store"] = {"configured": configured, "used": used, "note": note}
+    body["store"] = {"configured": configured, "used": used, "note": note, "fallback": fell_back(used, note)}
+    body["launch"] = None
+    if selection.engine is not None:
+        try:
+            body["launch"] = selection.launch().to_dict()
+        except InvalidSpecError as exc:  # nothing the engine can be told: the selection still stands
+            body["launch"] = {"error": str(exc)}
     if explain:
         body["explain"] = selection.explain()
     return body
@@ -246,7 +260,7 @@ class SelectionService:
             field = option_at_fault(str(exc), kwargs)
             return Answer(400, to_json(error_payload(BadRequest(f"{field}: {exc}", field))))
         payload = selection_payload(selection, self.watch.masked, request.explain)
-        return Answer(200, to_json(payload), self._retry_at() if payload["static_fallback"] else None)
+        return Answer(200, to_json(payload), self._retry_at() if payload["store"]["fallback"] else None)
 
     # --- the store's contents -----------------------------------------------------------------------------
 

@@ -111,7 +111,7 @@ def test_all2all_bad_sizes_exit_2() -> None:
 
 def test_vllm_format() -> None:
     res = run("select", "attention", *HEADS, "--device", "sm100", "--assume-installed", "--format", "vllm")
-    assert res.exit_code == 0 and res.stdout.strip() == "--attention-backend FLASHINFER"
+    assert res.exit_code == 0 and res.stdout.strip() == "--attention-backend FLASHINFER --block-size 16"
 
 
 def test_backends_json_and_probe_json() -> None:

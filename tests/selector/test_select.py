@@ -83,7 +83,7 @@ def test_dcp_steers_flashinfer_tactics_to_lse_returning_ones() -> None:
 def test_vllm_turboquant_caches_select_vllms_turboquant(kv: str) -> None:
     sel = select(AttentionSpec(32, 8, 128, kv_cache_dtype=kv), device="sm90")
     assert sel.backend == "TURBOQUANT" and [r.backend for r in sel.ranked] == ["TURBOQUANT"]
-    assert sel.to_vllm_args() == ["--attention-backend", "TURBOQUANT"]
+    assert sel.to_vllm_args() == ["--attention-backend", "TURBOQUANT", "--block-size", "16", "--kv-cache-dtype", kv]
     for name in ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION"):
         assert any(f"does not support kv-cache dtype {kv}" in r for r in sel.rejected[name]), name
 
@@ -213,10 +213,10 @@ def test_selection_json_shape_and_adapters() -> None:
     assert d["ranked"][0] == {**d["ranked"][0], "backend": "FLASHINFER", "source": "static"}
     assert isinstance(d["rejected"], dict) and all(isinstance(v, list) for v in d["rejected"].values())
     assert d["engine"] == {"engine": "vllm", "version": "0.33.0"} and d["differences"] == []
-    assert sel.to_vllm_args() == ["--attention-backend", "FLASHINFER"]
+    assert sel.to_vllm_args() == ["--attention-backend", "FLASHINFER", "--block-size", "16"]
     with pytest.raises(NoEngineEquivalentError, match="made for vLLM 0.33.0.*--engine sglang"):
         sel.to_sglang_args()
-    assert select(device="sm100", engine="sglang").to_sglang_args() == ["--attention-backend", "trtllm_mha"]
+    assert select(device="sm100", engine="sglang").to_sglang_args() == ["--attention-backend", "trtllm_mha", "--page-size", "16"]
     assert "with vLLM 0.33.0: FLASHINFER" in sel.explain() and "rejected:" in sel.explain()
 
 

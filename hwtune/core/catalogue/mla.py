@@ -121,7 +121,10 @@ CUTLASS_MLA = _mla(
         "packages": "vllm _C ops.sm100_cutlass_mla_decode",
     },
     order=dict(blackwell=1, others=3),
-    sglang_flags=sglang("cutlass_mla"),
+    sglang_flags=EngineFlags(
+        missing="SGLang 0.5.23 has no cutlass_mla backend (sglang/srt/arg_groups/choices.py ATTENTION_BACKEND_CHOICES: "
+        "its SM 10.x MLA backends are trtllm_mla, cutedsl_mla and flashmla)"
+    ),
 )
 
 FLASHMLA = _mla(

@@ -83,6 +83,13 @@ class Snapshot:
         """An engine-wide fact (``kv_cache_dtypes``, ``default_block_size``, ``block_size_rule``, ...)."""
         return self.resolve(self.data[key], version, cfg) if key in self.data else None
 
+    def flag(self, key: str, version: str) -> Clause | None:
+        """How this engine version is told ``key`` (``attention_backend``, ``block_size``, ``kv_layout_env``, ...;
+        docs/engines.md "Flags"): a flag, an environment variable or a vocabulary; a clause whose value is None where
+        the version has no such setting; None where the snapshot says nothing."""
+        flags = self.data.get("flags", {})
+        return self.resolve(flags[key], version, None) if key in flags else None
+
     def kv_cache_dtypes(self, version: str) -> list[str]:
         """The kv-cache dtype names this engine version accepts at all (its vocabulary)."""
         clause = self.engine_fact("kv_cache_dtypes", version)
