@@ -131,8 +131,9 @@ def score(out: Path, spec, device: str = "auto") -> dict:  # noqa: ANN001
         max_num_seqs=256,
         max_model_len=131072,
         assume_installed=sim,
+        engine=None,  # hwtune's own catalogue: every measured kernel, its own Triton kernel included
     )
-    static = hwtune.select_attention(spec, device=device, db=False, assume_installed=sim)
+    static = hwtune.select_attention(spec, device=device, db=False, assume_installed=sim, engine=None)
     policies: dict[str, list[float]] = defaultdict(list)
     detail = []
     fixed: dict[str, dict[tuple[str, str], list[float]]] = defaultdict(lambda: defaultdict(list))

@@ -21,6 +21,7 @@ from hwtune.core.devices import DeviceProfile, simulated
 from hwtune.core.errors import BackendNotValidError, NoValidBackendError
 from hwtune.core.types import All2AllSpec, AttentionSpec, Spec
 from hwtune.core.validation import Rejection, check, phases_of, valid_tactics
+from hwtune.selector.decision import rank as measured_rank
 from hwtune.selector.engine_select import (
     EngineField,
     admit_request,
@@ -34,7 +35,6 @@ from hwtune.selector.engine_select import (
 from hwtune.selector.layouts import over_layouts
 from hwtune.selector.lifted import Tested, lift, tested_here
 from hwtune.selector.measured import dispatch_table
-from hwtune.selector.measured import rank as measured_rank
 from hwtune.selector.messages import ENV_VARS, engine_not_valid_message, no_valid_message, not_valid_message
 from hwtune.selector.mix import MixPoint, all2all_mix, load_mix, workload_mix
 from hwtune.selector.ranks import agree
@@ -223,7 +223,8 @@ def _select(
     ranked, per_phase, dispatch = _static_ranking(kind, spec, device, valid, assume_installed), {}, ()
     if evidence is not None:
         notes = notes + evidence.notes
-        ranked, per_phase = measured_rank(ranked, evidence, mix)
+        ranked, per_phase, decided = measured_rank(ranked, evidence, mix)
+        notes += decided
     if not any(r.source != "static" for r in ranked):
         notes.append(f"static priorities for {describe_family(device.family)}")
     for b in valid:  # measured run-time failure modes the spec cannot rule out: say how to avoid them
@@ -320,7 +321,8 @@ def _select_engine(
     ranked, per_phase, dispatch = static_ranking(fld, spec, device, assume_installed), {}, ()
     if evidence is not None:
         notes = notes + evidence.notes
-        ranked, per_phase = measured_rank(ranked, evidence, mix)
+        ranked, per_phase, decided = measured_rank(ranked, evidence, mix)
+        notes += decided
     measured = any(r.source != "static" for r in ranked)
     chosen = _choose_engine(fld, spec, device, name, how, ranked, rejected)
     notes += engine_notes(fld, chosen.backend, measured, requested=name is not None)

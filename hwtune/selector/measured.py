@@ -23,8 +23,8 @@ Within this fingerprint many hosts write the same store, and one of them may be 
   honest where it can be checked and lies only where it cannot is not caught.
 
 For each mix point a backend's latency is its best tactic's: measured at that exact shape, or interpolated
-from measured neighbours of the same phase by a local log-linear fit in (log batch, log context). Backends
-measured for every mix point are ranked by weighted cost, ahead of the rest (static order).
+from measured neighbours of the same phase by a local log-linear fit in (log batch, log context). Which backend
+wins over the mix is ``hwtune.selector.decision``'s to say.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Iterable, Mapping, Sequence
 from hwtune.core.environment import differences
 from hwtune.core.records import DISQUALIFYING
 from hwtune.selector.mix import MixPoint
-from hwtune.selector.selection import DispatchEntry, RankedBackend
+from hwtune.selector.selection import DispatchEntry
 
 NEIGHBOURS = 4
 #: Hosts of one fingerprint that must have measured a candidate before one host's failure of it is outvoted:
@@ -292,9 +292,7 @@ def estimate(points: Sequence[Point], mp: MixPoint) -> tuple[float, bool, float]
     measured point that dominates it. Below the measured range it is the fastest dominating point (never an
     optimistic guess under anything measured); beyond it, the fit, no lower than what the shape dominates.
     Confidence halves outside the measured box."""
-    pool = list(points)
-    if mp.phase != "prefill":  # decode: the engine's query tokens per request (1 + spec) where measured
-        pool = [p for p in points if p.query_len == mp.query_len] or pool
+    pool = _pool(points, mp)
     if not pool:
         return None
     for p in pool:
@@ -315,6 +313,21 @@ def estimate(points: Sequence[Point], mp: MixPoint) -> tuple[float, bool, float]
     d0 = math.dist(near[0][0], (x, y))
     conf = 1.0 / (1.0 + d0 / 2) * (1.0 if below and above else 0.5)
     return val, False, conf
+
+
+def _pool(points: Sequence[Point], mp: MixPoint) -> list[Point]:
+    """The points an estimate at ``mp`` reads: decode's at the engine's query tokens per request where measured."""
+    if mp.phase != "prefill":
+        return [p for p in points if p.query_len == mp.query_len] or list(points)
+    return list(points)
+
+
+def bracketed(points: Sequence[Point], mp: MixPoint) -> bool:
+    """Whether ``mp`` lies within the measured range: measured itself, or with measured shapes both below and above
+    it along ``_order`` (its estimate then lies between measurements, never an extrapolation)."""
+    rx, ry = _order(mp.phase, mp.batch, mp.context, mp.query_len)
+    order = [_order(mp.phase, p.batch, p.context, p.query_len) for p in _pool(points, mp)]
+    return any(ox <= rx and oy <= ry for ox, oy in order) and any(ox >= rx and oy >= ry for ox, oy in order)
 
 
 def _least_squares(rows: list[tuple[float, float, float]], y: list[float]) -> list[float] | None:
@@ -340,45 +353,6 @@ def _least_squares(rows: list[tuple[float, float, float]], y: list[float]) -> li
     for c, v in zip(cols, sol):
         full[c] = v
     return full
-
-
-@dataclass
-class Costed:
-    """A backend's estimated cost over the workload mix: weighted latency, whether every point was measured exactly,
-    the weight-averaged confidence, and its main tactic and cost per phase."""
-
-    backend: str
-    cost_us: float  # weighted latency over the mix
-    exact: bool
-    confidence: float
-    tactics: dict[str, str]  # tactic with the most weight per phase
-    phase_cost: dict[str, float]
-
-
-def cost_backend(ev: Evidence, backend: str, mix: Sequence[MixPoint]) -> Costed | None:
-    """Weighted cost over the mix with the best tactic per point; None if some phase is unmeasured."""
-    total, conf_w, exact = 0.0, 0.0, True
-    weight_by_tactic: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    phase_cost: dict[str, float] = defaultdict(float)
-    tactics = sorted({t for (b, t, _p) in ev.points if b == backend})  # sorted: ties break alike in every process
-    for mp in mix:
-        best = None
-        for t in tactics:
-            pts = ev.points.get((backend, t, mp.phase))
-            est = estimate(pts, mp) if pts else None
-            if est is not None and (best is None or est[0] < best[1][0]):
-                best = (t, est)
-        if best is None:
-            return None
-        t, (lat, is_exact, conf) = best
-        total += mp.weight * lat
-        phase_cost[mp.phase] += mp.weight * lat
-        conf_w += mp.weight * conf
-        exact &= is_exact
-        weight_by_tactic[mp.phase][t] += mp.weight
-    wsum = sum(mp.weight for mp in mix) or 1.0
-    main = {ph: max(ws, key=ws.get) for ph, ws in weight_by_tactic.items()}  # type: ignore[arg-type]
-    return Costed(backend, total, exact, conf_w / wsum, main, dict(phase_cost))
 
 
 ROBUST_NEIGHBOURS = 4
@@ -477,29 +451,3 @@ def dispatch_table(ev: Evidence, backend: str, max_batch: int, max_context: int)
                 source = "measured" if exact else "interpolated"
                 out.append(DispatchEntry(phase, rm, cm, tactic, round(latency, 2), source))
     return tuple(out)
-
-
-def rank(
-    static: Sequence[RankedBackend], ev: Evidence, mix: Sequence[MixPoint]
-) -> tuple[list[RankedBackend], dict[str, str]]:
-    """Measured backends by cost (cheapest first), then the rest in static order; and the per-phase winners."""
-    costed = {r.backend: c for r in static if (c := cost_backend(ev, r.backend, mix)) is not None}
-    measured = sorted(costed.values(), key=lambda c: c.cost_us)
-    ranked = [
-        RankedBackend(
-            backend=c.backend,
-            source="measured" if c.exact else "interpolated",
-            tactics={**next(r.tactics for r in static if r.backend == c.backend), **c.tactics},
-            latency_us=c.cost_us,
-            confidence=round(c.confidence, 3),
-            detail="; ".join([f"weighted cost over {len(mix)} workload shapes", *ev.caveats.get(c.backend, [])]),
-        )
-        for c in measured
-    ]
-    ranked += [r for r in static if r.backend not in costed]
-    per_phase: dict[str, str] = {}
-    for phase in sorted({mp.phase for mp in mix}):
-        cands = [(c.phase_cost.get(phase, math.inf), c.backend) for c in measured if phase in c.phase_cost]
-        if cands:
-            per_phase[phase] = min(cands)[1]
-    return ranked, per_phase

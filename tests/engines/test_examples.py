@@ -96,7 +96,8 @@ def test_flash_attn_mla_on_sm90_and_flashmla_for_fp8() -> None:
 @pytest.mark.parametrize("kv", ["turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc"])
 def test_vllm_turboquant_kv_cache_names_are_accepted(kv: str) -> None:
     res = cli(*LLAMA_GQA, "--kv-cache-dtype", kv, "--device", "h100", "--format", "vllm")
-    assert res.exit_code == 0 and res.stdout.strip() == f"--attention-backend TURBOQUANT --block-size 16 --kv-cache-dtype {kv}", res.output
+    expected = f"--attention-backend TURBOQUANT --block-size 16 --kv-cache-dtype {kv}"
+    assert res.exit_code == 0 and res.stdout.strip() == expected, res.output
 
 
 def test_hwtunes_own_turboquant_format_points_to_engine_none() -> None:

@@ -35,9 +35,7 @@ def _vocabulary(engine: str, version: str) -> dict[str, set[str]]:
         clause = snap.flag(key, version)
         return clause.value if clause else None
 
-    names = set(snap.backend_names()) if engine == "vllm" else set(value("attention_backends") or ())
-    if engine == "sglang":
-        names = set(snap.engine_fact("attention_backends", version).value)
+    names = set(snap.backend_names() if engine == "vllm" else snap.engine_fact("attention_backends", version).value)
     vocab = {
         value("attention_backend"): names,
         value("prefill_attention_backend"): names,
@@ -90,7 +88,6 @@ def test_emitted_flags_exist_in_the_engine_version(engine: str, version: str) ->
 def test_every_catalogue_flag_exists_in_the_newest_engine(engine: str) -> None:
     """The engine names in hwtune's records (attention per tactic, all2all) are the engine's own."""
     snap = snapshot(engine)
-    vocab = _vocabulary(engine, snap.newest)
     for kind in ("attention", "all2all"):
         for record in catalogue.backends(kind):
             flags = record.engines.get(engine)
@@ -102,7 +99,9 @@ def test_every_catalogue_flag_exists_in_the_newest_engine(engine: str) -> None:
 
 def _sel(backend: str, per_phase: dict, engine: dict | None, ranked: list[str] | None = None, **spec) -> Selection:
     ranked = ranked or [backend, *[b for b in per_phase.values() if b != backend]]
-    rows = tuple(RankedBackend(b, "measured", {"decode": "default", "prefill": "default"}) for b in dict.fromkeys(ranked))
+    rows = tuple(
+        RankedBackend(b, "measured", {"decode": "default", "prefill": "default"}) for b in dict.fromkeys(ranked)
+    )
     return Selection(
         kind="attention",
         spec=AttentionSpec(32, 8, 128, **spec).to_dict(),
@@ -141,7 +140,9 @@ def test_a_vllm_version_with_a_decode_flag_routes_decode(monkeypatch: pytest.Mon
 
 
 def test_a_requested_backend_is_used_for_every_phase() -> None:
-    sel = _sel("FLASH_ATTN", {"decode": "FLASHINFER", "prefill": "FLASH_ATTN"}, {"engine": "sglang", "version": "0.5.23"})
+    sel = _sel(
+        "FLASH_ATTN", {"decode": "FLASHINFER", "prefill": "FLASH_ATTN"}, {"engine": "sglang", "version": "0.5.23"}
+    )
     sel = Selection(**{**{f: getattr(sel, f) for f in sel.__dataclass_fields__ if f != "_table"}, "requested": "fa3"})
     sel = Selection(**{**{f: getattr(sel, f) for f in sel.__dataclass_fields__ if f != "_table"}, "backend": "fa3"})
     assert sel.to_sglang_args()[:2] == ["--attention-backend", "fa3"]
@@ -187,7 +188,7 @@ def test_flags_exist_in_the_engine_source() -> None:
     for engine in ENGINES:
         snap = snapshot(engine)
         for version, root in _roots(engine):
-            for key, clause in snap.data["flags"].items():
+            for key in snap.data["flags"]:
                 resolved = snap.flag(key, version)
                 path = root / resolved.source.split()[0]
                 text = path.read_text()

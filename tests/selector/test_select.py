@@ -216,7 +216,12 @@ def test_selection_json_shape_and_adapters() -> None:
     assert sel.to_vllm_args() == ["--attention-backend", "FLASHINFER", "--block-size", "16"]
     with pytest.raises(NoEngineEquivalentError, match="made for vLLM 0.33.0.*--engine sglang"):
         sel.to_sglang_args()
-    assert select(device="sm100", engine="sglang").to_sglang_args() == ["--attention-backend", "trtllm_mha", "--page-size", "16"]
+    assert select(device="sm100", engine="sglang").to_sglang_args() == [
+        "--attention-backend",
+        "trtllm_mha",
+        "--page-size",
+        "16",
+    ]
     assert "with vLLM 0.33.0: FLASHINFER" in sel.explain() and "rejected:" in sel.explain()
 
 

@@ -1,0 +1,145 @@
+"""Which measured backend wins over the engine's workload mix, decided on the same points for every backend.
+
+Each backend is costed at every mix point with its best tactic there (``measured.estimate``). The decision then
+compares the backends on the same points and only on those every compared backend's measurements bracket (measured
+there, or with measured shapes below and above: ``measured.bracketed``). A point beyond the measured range of one
+of them is an extrapolation and must not decide between them; it still counts in the cost shown. Where such shared
+points hold less than ``SHARED_FLOOR`` of the mix's weight (backends measured on different grids), every point
+decides. Among the backends within ``TIE`` of the cheapest, the one whose worst point is least behind the best
+backend there wins, since a near-tie in total cost is no reason to accept a large loss on some workloads. The same
+holds for each phase's winner (``per_phase``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Sequence
+
+from hwtune.selector.measured import Evidence, bracketed, estimate
+from hwtune.selector.mix import MixPoint
+from hwtune.selector.selection import RankedBackend
+
+#: Costs within this factor of the cheapest are a near-tie, broken by the worst point.
+TIE = 1.05
+#: Shared bracketed points must hold at least this share of the mix's weight to decide alone.
+SHARED_FLOOR = 0.25
+
+
+@dataclass
+class Costed:
+    """A backend's estimated cost over the workload mix: weighted latency, whether every point was measured exactly,
+    the weight-averaged confidence, its main tactic and cost per phase, and per mix point (latency, bracketed)."""
+
+    backend: str
+    cost_us: float  # weighted latency over the mix
+    exact: bool
+    confidence: float
+    tactics: dict[str, str]  # tactic with the most weight per phase
+    phase_cost: dict[str, float]
+    per_point: tuple[tuple[float, bool], ...] = ()
+
+
+def cost_backend(ev: Evidence, backend: str, mix: Sequence[MixPoint]) -> Costed | None:
+    """Weighted cost over the mix with the best tactic per point; None if some phase is unmeasured."""
+    total, conf_w, exact = 0.0, 0.0, True
+    weight_by_tactic: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    phase_cost: dict[str, float] = defaultdict(float)
+    per_point: list[tuple[float, bool]] = []
+    tactics = sorted({t for (b, t, _p) in ev.points if b == backend})  # sorted: ties break alike in every process
+    for mp in mix:
+        best = None
+        for t in tactics:
+            pts = ev.points.get((backend, t, mp.phase))
+            est = estimate(pts, mp) if pts else None
+            if est is not None and (best is None or est[0] < best[1][0]):
+                best = (t, est)
+        if best is None:
+            return None
+        t, (lat, is_exact, conf) = best
+        total += mp.weight * lat
+        phase_cost[mp.phase] += mp.weight * lat
+        conf_w += mp.weight * conf
+        exact &= is_exact
+        weight_by_tactic[mp.phase][t] += mp.weight
+        inside = is_exact or bracketed(ev.points[(backend, t, mp.phase)], mp)
+        per_point.append((lat, inside))
+    wsum = sum(mp.weight for mp in mix) or 1.0
+    main = {ph: max(ws, key=ws.get) for ph, ws in weight_by_tactic.items()}  # type: ignore[arg-type]
+    return Costed(backend, total, exact, conf_w / wsum, main, dict(phase_cost), tuple(per_point))
+
+
+def decide(costed: Sequence[Costed], mix: Sequence[MixPoint], phase: str | None = None) -> tuple[list[str], str]:
+    """The backends best first over ``mix`` (one phase's points with ``phase``), and a note on how it was decided
+    (module docstring); empty note when nothing needed saying."""
+    points = [i for i, mp in enumerate(mix) if phase is None or mp.phase == phase]
+    if not costed or not points:
+        return [c.backend for c in costed], ""
+    shared = [i for i in points if all(c.per_point[i][1] for c in costed)]
+    weight = sum(mix[i].weight for i in points) or 1.0
+    deciding = shared if sum(mix[i].weight for i in shared) >= SHARED_FLOOR * weight else points
+    cost = {c.backend: sum(mix[i].weight * c.per_point[i][0] for i in deciding) for c in costed}
+    order = sorted(costed, key=lambda c: cost[c.backend])
+    cheapest = cost[order[0].backend]
+    best_at = {i: min(c.per_point[i][0] for c in costed) for i in deciding}
+    worst = {c.backend: max(c.per_point[i][0] / best_at[i] for i in deciding) for c in costed}
+    near = [c for c in order if cost[c.backend] <= cheapest * TIE]
+    winner = min(near, key=lambda c: (round(worst[c.backend], 3), cost[c.backend]))
+    ranked = [winner.backend] + [c.backend for c in order if c is not winner]
+    return ranked, _note(len(costed), len(points), deciding, shared, winner, order[0], worst, phase)
+
+
+def _note(
+    n_backends: int,
+    n_points: int,
+    deciding: list[int],
+    shared: list[int],
+    winner: Costed,
+    cheapest: Costed,
+    worst: dict[str, float],
+    phase: str | None,
+) -> str:
+    if n_backends < 2:
+        return ""
+    where = f"{phase} " if phase else ""
+    words = []
+    if deciding is shared and len(shared) < n_points:
+        words.append(
+            f"decided over the {len(shared)} of {n_points} {where}mix points inside every measured backend's range "
+            "(the others are extrapolations)"
+        )
+    elif deciding is not shared:
+        words.append(f"the backends' measured ranges share too little of the {where}mix: every point decides")
+    if winner is not cheapest:
+        words.append(
+            f"{winner.backend} and {cheapest.backend} are within {round((TIE - 1) * 100)} %; {winner.backend} is at "
+            f"worst {worst[winner.backend]:.2f}x the best backend at a point, {cheapest.backend} "
+            f"{worst[cheapest.backend]:.2f}x"
+        )
+    return "; ".join(words)
+
+
+def rank(
+    static: Sequence[RankedBackend], ev: Evidence, mix: Sequence[MixPoint]
+) -> tuple[list[RankedBackend], dict[str, str], list[str]]:
+    """Measured backends in decision order, then the rest in static order; the per-phase winners; notes."""
+    costed = {r.backend: c for r in static if (c := cost_backend(ev, r.backend, mix)) is not None}
+    order, note = decide(list(costed.values()), mix)
+    ranked = [
+        RankedBackend(
+            backend=c.backend,
+            source="measured" if c.exact else "interpolated",
+            tactics={**next(r.tactics for r in static if r.backend == c.backend), **c.tactics},
+            latency_us=c.cost_us,
+            confidence=round(c.confidence, 3),
+            detail="; ".join([f"weighted cost over {len(mix)} workload shapes", *ev.caveats.get(c.backend, [])]),
+        )
+        for c in (costed[b] for b in order)
+    ]
+    ranked += [r for r in static if r.backend not in costed]
+    per_phase: dict[str, str] = {}
+    for phase in sorted({mp.phase for mp in mix}):
+        cands = [c for c in costed.values() if phase in c.phase_cost]
+        if cands:
+            per_phase[phase] = decide(cands, mix, phase)[0][0]
+    return ranked, per_phase, [note] if note else []

@@ -1,0 +1,64 @@
+"""The backend decision over the mix (issue 17 item 4): backends are compared on the same points, extrapolations do
+not decide between them, and a near-tie is broken by the worst point, for the whole mix and for each phase."""
+
+from hwtune.selector.decision import cost_backend, decide, rank
+from hwtune.selector.measured import Evidence, Point
+from hwtune.selector.mix import MixPoint
+from hwtune.selector.selection import RankedBackend
+
+GRID = [(b, c) for b in (1, 4, 16) for c in (512, 2048, 8192)]
+
+
+def decode(f) -> list[Point]:
+    return [Point(b, c, 1, f(b, c), 1) for b, c in GRID]
+
+
+def static(*names: str) -> list[RankedBackend]:
+    return [RankedBackend(n, "static", {"decode": "t", "prefill": "t"}) for n in names]
+
+
+def test_points_beyond_the_measured_range_do_not_decide() -> None:
+    """B is 10 % faster everywhere measured; A's trend, extrapolated to a batch far beyond, makes A cheaper in
+    total. Inside the measured range B wins, so B is chosen, and the note says the far point did not decide."""
+    a = decode(lambda b, c: 110.0 + b * c / 400)
+    b = decode(lambda b, c: 100.0 + b * c / 500)
+    a += [Point(16, 16384, 1, 200.0, 1)]  # A alone measured one larger shape (B's range ends at 8192)
+    ev = Evidence(points={("A", "t", "decode"): a, ("B", "t", "decode"): b})
+    inside = [MixPoint("decode", bb, c, 1.0) for bb, c in GRID]
+    far = MixPoint("decode", 16, 16384, 6.0)  # beyond B's measurements: its estimate there is an extrapolation
+    mix = [*inside, far]
+    costs = {n: cost_backend(ev, n, mix) for n in "AB"}
+    assert costs["A"].per_point[-1] == (200.0, True) and costs["B"].per_point[-1][1] is False
+    assert costs["A"].cost_us < costs["B"].cost_us  # the extrapolated point alone puts A ahead in total
+    ranked, per_phase, notes = rank(static("A", "B"), ev, mix)
+    assert ranked[0].backend == "B" and per_phase == {"decode": "B"}
+    assert "9 of 10 mix points inside every measured backend's range" in notes[0]
+
+
+def test_when_shared_points_are_too_few_every_point_decides() -> None:
+    a = decode(lambda b, c: 110.0 + b * c / 400) + [Point(16, 16384, 1, 200.0, 1)]
+    b = decode(lambda b, c: 100.0 + b * c / 500)
+    ev = Evidence(points={("A", "t", "decode"): a, ("B", "t", "decode"): b})
+    mix = [MixPoint("decode", 1, 512, 0.1), MixPoint("decode", 16, 16384, 1.0)]
+    order, note = decide([cost_backend(ev, n, mix) for n in "AB"], mix)
+    assert order[0] == "A" and "every point decides" in note
+
+
+def test_a_near_tie_goes_to_the_backend_without_a_large_loss() -> None:
+    """A is 3 % cheaper in total but 2x slower at the small shapes; B never loses more than 10 %: B wins."""
+    a = decode(lambda b, c: 40.0 if b * c <= 2048 else 0.95 * (20.0 + b * c / 100))
+    b = decode(lambda b, c: 20.0 if b * c <= 2048 else 20.0 + b * c / 100)
+    ev = Evidence(points={("A", "t", "decode"): a, ("B", "t", "decode"): b})
+    mix = [MixPoint("decode", bb, c, 1.0) for bb, c in GRID]
+    costs = [cost_backend(ev, n, mix) for n in "AB"]
+    assert costs[0].cost_us < costs[1].cost_us <= costs[0].cost_us * 1.05
+    order, note = decide(costs, mix)
+    assert order == ["B", "A"] and "B is at worst 1.05x" in note and "A 2.00x" in note
+
+
+def test_a_clear_winner_is_not_overturned_by_its_worst_point() -> None:
+    a = decode(lambda b, c: 30.0 if b * c <= 2048 else 0.5 * (20.0 + b * c / 100))
+    b = decode(lambda b, c: 20.0 if b * c <= 2048 else 20.0 + b * c / 100)
+    ev = Evidence(points={("A", "t", "decode"): a, ("B", "t", "decode"): b})
+    mix = [MixPoint("decode", bb, c, 1.0) for bb, c in GRID]
+    assert decide([cost_backend(ev, n, mix) for n in "AB"], mix) == (["A", "B"], "")
