@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from typing import Any, Callable
 
 from hwtune.core import catalogue
 from hwtune.core.catalogue import Backend
@@ -170,6 +170,24 @@ def _static_ranking(
 
 
 def _choose(
+    ranked: list[RankedBackend],
+    requested: str | None,
+    not_valid: Callable[[], Exception],
+    none_valid: Callable[[], Exception],
+) -> RankedBackend:
+    """The requested backend when it is among the ranked (valid) ones, else ``not_valid()`` is raised (a loud error,
+    never a silent fallback); without a request the first ranked one, or ``none_valid()`` when none is valid."""
+    if requested is not None:
+        chosen = next((r for r in ranked if r.backend == requested), None)
+        if chosen is None:
+            raise not_valid()
+        return chosen
+    if not ranked:
+        raise none_valid()
+    return ranked[0]
+
+
+def _catalogue_errors(
     kind: str,
     spec: Spec,
     device: DeviceProfile,
@@ -177,25 +195,21 @@ def _choose(
     how: str,
     ranked: list[RankedBackend],
     rejections: dict[str, list[Rejection]],
-) -> RankedBackend:
-    """The requested backend when valid (a loud error when not), else the first ranked one."""
-    if requested is not None:
-        if requested.name in rejections:
-            raise BackendNotValidError(
-                not_valid_message(
-                    kind, requested, rejections[requested.name], [r.backend for r in ranked], spec, device, how
-                ),
-                backend=requested.name,
-                reasons=[r.message for r in rejections[requested.name]],
-                valid=[r.backend for r in ranked],
-            )
-        return next(r for r in ranked if r.backend == requested.name)
-    if not ranked:
-        raise NoValidBackendError(
-            no_valid_message(kind, rejections, spec, device),
-            {name: [r.message for r in rs] for name, rs in rejections.items()},
-        )
-    return ranked[0]
+) -> tuple[Callable[[], Exception], Callable[[], Exception]]:
+    """The errors of a selection from hwtune's catalogue: the requested backend is not valid; none is."""
+    valid = [r.backend for r in ranked]
+
+    def not_valid() -> Exception:
+        assert requested is not None
+        reasons = rejections.get(requested.name, [])
+        message = not_valid_message(kind, requested, reasons, valid, spec, device, how)
+        return BackendNotValidError(message, backend=requested.name, reasons=[r.message for r in reasons], valid=valid)
+
+    def none_valid() -> Exception:
+        rejected = {name: [r.message for r in rs] for name, rs in rejections.items()}
+        return NoValidBackendError(no_valid_message(kind, rejections, spec, device), rejected)
+
+    return not_valid, none_valid
 
 
 def _select(
@@ -229,7 +243,8 @@ def _select(
         notes.append(f"static priorities for {describe_family(device.family)}")
     for b in valid:  # measured run-time failure modes the spec cannot rule out: say how to avoid them
         notes += [f"{b.name}: {h.message} ({h.source})" for h in b.hazards if h.applies(spec)]
-    chosen = _choose(kind, spec, device, requested_backend, how, ranked, rejections)
+    errors = _catalogue_errors(kind, spec, device, requested_backend, how, ranked, rejections)
+    chosen = _choose(ranked, requested_backend.name if requested_backend else None, *errors)
     if evidence is not None and chosen.source != "static":
         dispatch = dispatch_table(evidence, chosen.backend, max_num_seqs, max(max_model_len, 16))
     if target is not None and kind == "attention":
@@ -260,7 +275,7 @@ def _measured_out(fld: EngineField, evidence: Any, rejected: dict[str, list[Reje
             fld.valid.remove(name)
 
 
-def _choose_engine(
+def _engine_errors(
     fld: EngineField,
     spec: AttentionSpec,
     device: DeviceProfile,
@@ -268,30 +283,25 @@ def _choose_engine(
     how: str,
     ranked: list[RankedBackend],
     rejected: dict[str, list[Rejection]],
-) -> RankedBackend:
-    """The requested engine backend when valid (a loud error when not), else the first ranked one."""
-    target = fld.target
-    if requested is not None:
-        chosen = next((r for r in ranked if r.backend == requested), None)
-        if chosen is not None:
-            return chosen
+) -> tuple[Callable[[], Exception], Callable[[], Exception]]:
+    """The errors of a selection for an engine target: the requested engine backend is not valid; none is."""
+    target, valid = fld.target, [r.backend for r in ranked]
+
+    def not_valid() -> Exception:
         from hwtune.core.engine_validation import judge
 
+        assert requested is not None
         reasons = (
             rejected.get(requested) or judge(target, requested, spec, device, fld.cfg, assume_installed=True).reasons
         )
-        message = engine_not_valid_message(
-            target.describe(), requested, reasons, [r.backend for r in ranked], device, how
-        )
-        raise BackendNotValidError(
-            message, backend=requested, reasons=[r.message for r in reasons], valid=[r.backend for r in ranked]
-        )
-    if not ranked:
-        raise NoValidBackendError(
-            no_valid_message("attention", rejected, spec, device, f" with {target.describe()}"),
-            {name: [r.message for r in rs] for name, rs in rejected.items()},
-        )
-    return ranked[0]
+        message = engine_not_valid_message(target.describe(), requested, reasons, valid, device, how)
+        return BackendNotValidError(message, backend=requested, reasons=[r.message for r in reasons], valid=valid)
+
+    def none_valid() -> Exception:
+        message = no_valid_message("attention", rejected, spec, device, f" with {target.describe()}")
+        return NoValidBackendError(message, {name: [r.message for r in rs] for name, rs in rejected.items()})
+
+    return not_valid, none_valid
 
 
 def _select_engine(
@@ -324,7 +334,7 @@ def _select_engine(
         ranked, per_phase, decided = measured_rank(ranked, evidence, mix)
         notes += decided
     measured = any(r.source != "static" for r in ranked)
-    chosen = _choose_engine(fld, spec, device, name, how, ranked, rejected)
+    chosen = _choose(ranked, name, *_engine_errors(fld, spec, device, name, how, ranked, rejected))
     notes += engine_notes(fld, chosen.backend, measured, requested=name is not None)
     if measured and chosen.source != "static":
         dispatch = dispatch_table(evidence, chosen.backend, max_num_seqs, max(max_model_len, 16))

@@ -189,8 +189,13 @@ def renamed_evidence(ev: Evidence, fld: EngineField) -> Evidence:
         for (backend, tac, phase), points in ev.points.items():
             if backend == record.name and tactic in (None, tac):
                 out.points[(name, tac, phase)] = points
-        if record.name in ev.disqualified:
-            out.disqualified[name] = ev.disqualified[record.name]
+        failed = (
+            ev.disqualified.get(record.name)
+            if tactic is None
+            else ev.disqualified_by_tactic.get(record.name, {}).get(tactic)
+        )
+        if failed:  # a backend built on one tactic answers for that tactic's failures only
+            out.disqualified[name] = failed
         if record.name in ev.caveats:
             out.caveats[name] = ev.caveats[record.name]
     return out

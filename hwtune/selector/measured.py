@@ -68,6 +68,8 @@ class Evidence:
 
     points: dict[tuple[str, str, str], list[Point]] = field(default_factory=dict)  # (backend, tactic, phase)
     disqualified: dict[str, list[str]] = field(default_factory=dict)
+    #: The same failures by tactic (backend -> tactic -> facts), for an engine backend built on one tactic.
+    disqualified_by_tactic: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     caveats: dict[str, list[str]] = field(default_factory=dict)  # backend -> short remarks ("see notes")
 
@@ -172,6 +174,9 @@ def _judge_failures(ev: Evidence, here: list[_Row]) -> None:
         standing = rows if len(failing) > 1 else [r for r in rows if len(agree[r.candidate]) < QUORUM - 1]
         if standing:
             ev.disqualified[backend] = [_rejection(r, agree[r.candidate], len(failing)) for r in standing]
+            by_tactic = ev.disqualified_by_tactic.setdefault(backend, {})
+            for r, fact in zip(standing, ev.disqualified[backend]):
+                by_tactic.setdefault(r.tactic, []).append(fact)
         else:
             (host,) = failing
             ev.notes.append(_outvoted_note(backend, host, rows, agree))
