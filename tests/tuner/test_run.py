@@ -15,7 +15,7 @@ import pytest
 from hwtune.core.devices import CPU_PROFILE
 from hwtune.core.errors import InvalidSpecError
 from hwtune.db.store import Store
-from hwtune.tuner.plan import plan_from_toml
+from hwtune.tuner.plan_file import plan_from_toml
 from hwtune.tuner.run import TuneOptions, Tuner
 
 PLAN = """
