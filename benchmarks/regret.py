@@ -40,16 +40,23 @@ BACKENDS = ("FLASHINFER", "HWTUNE_TRITON_ATTN:auto")
 FI_AUTO = {"decode": ("FLASHINFER", "fa2"), "prefill": ("FLASHINFER", "fa3")}
 
 
-def oracle_plan(spec, time_cap_s: float = 1.0) -> Plan:  # noqa: ANN001
-    """Shapes between and beside the tuning grid's points (none coincides with it): decode batch x context,
-    prefill chunk x cached prefix; shapes of more than 2M cached tokens are left out."""
+def _within(values: tuple[int, ...], limit: int) -> list[int]:
+    """The values up to the engine's longest context; where fewer than three remain, two more near the limit."""
+    kept = [v for v in values if v <= limit]
+    return kept if len(kept) >= 3 else sorted({*kept, round(0.6 * limit), round(0.95 * limit)})
+
+
+def oracle_plan(spec, time_cap_s: float = 1.0, max_model_len: int = 131072) -> Plan:  # noqa: ANN001
+    """Shapes between and beside the tuning grid's points (none coincides with it), up to the model's longest
+    context: decode batch x context, prefill chunk x cached prefix; shapes of more than 2M cached tokens are left
+    out."""
     items = []
     for b in (1, 2, 8, 32, 48, 128, 200, 400):
-        for c in (700, 3000, 12000, 20000, 48000):
+        for c in _within((700, 3000, 12000, 20000, 48000), max_model_len):
             if b * c <= 2_000_000:
                 items.append(PlanItem(AttentionWorkload(spec, "decode", b, c, query_len=spec.query_len_decode)))
-    for chunk in (96, 384, 1536, 3000, 6000):
-        for prefix in (0, 1500, 6000, 30000):
+    for chunk in [c for c in (96, 384, 1536, 3000, 6000) if 2 * c <= max_model_len]:
+        for prefix in _within((0, 1500, 6000, 30000), max_model_len - chunk):
             items.append(PlanItem(AttentionWorkload(spec, "prefill", 1, chunk + prefix, query_len=chunk)))
     return Plan(name="oracle", items=items, time_cap_s=time_cap_s)
 
@@ -269,8 +276,10 @@ def measure_model(cfg: Path, tp: int, out: Path, steps: set[str], args: argparse
         }
         print("default", result["default_tune"], flush=True)
     if "oracle" in steps:
-        spec = attention_spec(load_model_config(cfg), tp, **overrides)
-        result["oracle_tune"] = tune(oracle_plan(spec, args.oracle_time_cap), out / "oracle.db", backends)
+        info = load_model_config(cfg)
+        spec = attention_spec(info, tp, **overrides)
+        plan = oracle_plan(spec, args.oracle_time_cap, info.max_position_embeddings or 131072)
+        result["oracle_tune"] = tune(plan, out / "oracle.db", backends)
         print("oracle", result["oracle_tune"], flush=True)
 
 

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from hwtune.cli import bench_all2all
 from hwtune.cli import specs as S
-from hwtune.cli.common import JsonOpt, console, emit_json, guarded
+from hwtune.cli.common import PHASE_NAMES, RUN_DEVICES, JsonOpt, console, emit_json, guarded
 from hwtune.core import catalogue
 from hwtune.core.devices import CPU_PROFILE, DeviceProfile
 from hwtune.core.errors import BackendNotValidError, InvalidSpecError
@@ -89,12 +89,16 @@ def _planned(workload: AttentionWorkload, profile: DeviceProfile, backend: str, 
     return planned
 
 
+PhaseOpt = PHASE_NAMES.option("decode", "--phase", help="The batch: decode, prefill or mixed (both).")
+DeviceOpt = RUN_DEVICES.option("auto", "--device", help="cuda, cpu, or auto (cuda when NVML sees a GPU).")
+
+
 @app.command("attention")
 @guarded
 def attention(
     backend: str = typer.Option(..., "--backend", "-b", help="Backend to measure, e.g. FLASHINFER."),
     tactic: Optional[str] = typer.Option(None, "--tactic", "-t", help="One tactic (default: every valid one)."),
-    phase: str = typer.Option("decode", "--phase", help="decode, prefill or mixed."),
+    phase: str = PhaseOpt,
     batch: int = typer.Option(8, "--batch", min=1),
     context: int = typer.Option(4096, "--context", min=1, help="KV tokens per request (cached plus new)."),
     query_len: Optional[int] = typer.Option(
@@ -118,7 +122,7 @@ def attention(
     sliding_window: Optional[int] = S.SlidingOpt,
     soft_cap: Optional[float] = S.SoftCapOpt,
     mla: bool = S.MlaOpt,
-    device: str = typer.Option("auto", "--device", help="cuda, cpu, or auto (cuda when NVML sees a GPU)."),
+    device: str = DeviceOpt,
     time_cap: float = typer.Option(3.0, "--time-cap", min=0.01, help="Seconds of timing per candidate at most."),
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Seconds before a candidate is killed as hung."),
     seed: int = typer.Option(0, "--seed"),
@@ -161,8 +165,6 @@ def attention(
     profile = detect()
     if device == "auto":
         device = "cuda" if profile.is_cuda else "cpu"
-    if device not in ("cuda", "cpu"):
-        raise InvalidSpecError(f"--device must be cuda, cpu or auto, not {device!r}")
     if device == "cpu":
         profile = CPU_PROFILE
     planned = _planned(workload, profile, backend, tactic)

@@ -9,25 +9,42 @@ gave a wrong answer, crashed, hung or errored; 3 when every requested candidate 
 
 from __future__ import annotations
 
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, get_args, get_type_hints
 
 import typer
 
-from hwtune.cli.common import JsonOpt, console, emit_json, guarded
-from hwtune.core.errors import InvalidSpecError
+from hwtune.cli import specs as S
+from hwtune.cli.common import RUN_DEVICES, Choices, JsonOpt, console, emit_json, guarded
 from hwtune.core.records import MeasurementRecord
 from hwtune.core.types import All2AllSpec, All2AllWorkload
+from hwtune.tuner.options import split_list
 
 
 def _device(value: str) -> Literal["cuda", "cpu"]:
-    value = value.strip().lower()
     if value == "auto":
         from hwtune.core.detect import detect
 
         return "cuda" if detect().is_cuda else "cpu"
-    if value not in ("cuda", "cpu"):
-        raise InvalidSpecError(f"unknown device {value!r} for all2all benchmarking; use cuda, cpu or auto")
     return cast(Literal["cuda", "cpu"], value)
+
+
+def _token_counts(value: str) -> str:
+    """--tokens-per-rank's parser: positive whole numbers, comma-separated (typer gathers the option repeated)."""
+    parts = split_list(value)
+    for part in parts or [value]:
+        if not part.strip().isdigit() or int(part) < 1:
+            raise ValueError(f"{part.strip()!r} is not a positive whole number of tokens")
+    return ",".join(parts)
+
+
+#: --routing: the MoE router's expert choice, as the workload takes it.
+ROUTINGS = Choices(get_args(get_type_hints(All2AllWorkload)["routing"]), "routing", lists=True)
+DeviceOpt = RUN_DEVICES.option("auto", "--device", "-d", help="cuda (NCCL, one GPU per rank), cpu (gloo) or auto.")
+RoutingOpt = ROUTINGS.option(
+    ["uniform"],
+    "--routing",
+    help="uniform, skewed (hot experts), or both (repeat or comma-separate: --routing uniform,skewed).",
+)
 
 
 def _backends(values: list[str]) -> tuple[list[str], list[str]]:
@@ -37,13 +54,12 @@ def _backends(values: list[str]) -> tuple[list[str], list[str]]:
 
     out: list[str] = []
     named: list[str] = []
-    for v in values:
-        for name in (p.strip() for p in v.split(",")):
-            if name.lower() == "all":
-                out += catalogue.names("all2all")
-            elif name:
-                named.append(catalogue.get("all2all", name).name)  # unknown names: exit 2 with the known ones
-                out.append(named[-1])
+    for name in split_list(values):
+        if name.lower() == "all":
+            out += catalogue.names("all2all")
+        else:
+            named.append(catalogue.get("all2all", name).name)  # unknown names: exit 2 with the known ones
+            out.append(named[-1])
     return list(dict.fromkeys(out)), named
 
 
@@ -95,27 +111,31 @@ def all2all(
         ...,
         "--backend",
         "-b",
+        metavar="BACKEND,...|all",
         help="Backend to measure (repeat, comma-separate, or 'all'). One named here whose only catalogue "
         "rejection is its activation-dtype rule is measured anyway: its correctness gate decides.",
     ),
     world_size: int = typer.Option(
         ..., "--world-size", "-n", min=1, help="Ranks = EP size (one GPU per rank on CUDA)."
     ),
-    tokens_per_rank: list[int] = typer.Option(
-        [128], "--tokens-per-rank", "-t", min=1, help="Tokens per rank (repeat to sweep)."
+    tokens_per_rank: list[str] = typer.Option(
+        ["128"],
+        "--tokens-per-rank",
+        "-t",
+        parser=_token_counts,
+        metavar="N[,N...]",
+        help="Tokens per rank; several to sweep (repeat or comma-separate: -t 64,128).",
     ),
     hidden_size: int = typer.Option(2048, "--hidden-size", min=1, help="Hidden size of each token."),
     topk: int = typer.Option(8, "--topk", min=1, help="Experts per token."),
     num_experts: int | None = typer.Option(
         None, "--num-experts", min=1, help="Experts in total (default 64, or 8 per rank)."
     ),
-    quant_dtype: str = typer.Option(
-        "bf16", "--quant-dtype", help="Dispatch payload: bf16, fp8 (128-wide block scales) or nvfp4."
+    quant_dtype: str = S.QUANT_DTYPE.option(
+        "bf16", "--quant-dtype", help="Dispatch payload: bf16, fp8 (128-wide block scales) or nvfp4, mxfp8, ..."
     ),
-    routing: list[str] = typer.Option(
-        ["uniform"], "--routing", help="uniform or skewed (hot experts); repeat for both."
-    ),
-    device: str = typer.Option("auto", "--device", "-d", help="cuda (NCCL, one GPU per rank), cpu (gloo) or auto."),
+    routing: list[str] = RoutingOpt,
+    device: str = DeviceOpt,
     timeout: float = typer.Option(
         300.0,
         "--timeout",
@@ -146,7 +166,8 @@ def all2all(
     spec = All2AllSpec(
         ep_size=world_size, num_experts=experts, topk=topk, hidden_size=hidden_size, quant_dtype=quant_dtype
     )
-    workloads = [All2AllWorkload(spec, t, cast(Any, r)) for r in routing for t in tokens_per_rank]
+    tokens = [int(t) for t in dict.fromkeys(split_list(tokens_per_rank))]
+    workloads = [All2AllWorkload(spec, t, cast(Any, r)) for r in dict.fromkeys(split_list(routing)) for t in tokens]
     peak = None
     if measure_peak:
         res = measure_peak_bandwidth(world_size, device=dev, timeout_s=timeout)

@@ -10,7 +10,8 @@ import json
 import logging
 import os
 import sys
-from typing import Any, Callable, TypeVar
+from enum import Enum
+from typing import Any, Callable, Iterable, Optional, TypeVar, get_args
 
 import typer
 from rich.console import Console
@@ -18,7 +19,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from hwtune.core.catalogue.base import Kind as CatalogueKind
 from hwtune.core.errors import BackendNotValidError, HwtuneError, NoValidBackendError
+from hwtune.core.types import PHASES
+from hwtune.tuner.options import DEVICES as MEASURE_ON
 
 #: People-facing output goes to stderr so that ``--json`` leaves stdout to JSON alone.
 console = Console(
@@ -105,13 +109,92 @@ def winners_table(rows: list[dict[str, Any]], title: str = "winners per workload
     return table
 
 
+class Choices:
+    """A fixed set of values for a ``str`` option, declared once: as typer's ``parser`` it checks the value (a bad
+    one is click's usage error, exit 2, naming the option and the values), its ``metavar`` shows the values in
+    --help, and ``complete`` offers them to shell completion. With ``check`` (a library normaliser) the library
+    decides, so the CLI accepts exactly what the library does, aliases included. With ``lists`` a value may be
+    comma-separated (the option repeated is typer's), each part checked. Returns the value in the choices'
+    spelling (``nhd`` -> ``NHD``), or as given when ``check`` decides."""
+
+    def __init__(
+        self,
+        values: Iterable[str],
+        what: str,
+        *,
+        check: Optional[Callable[[str], object]] = None,
+        complete: Iterable[str] = (),
+        lists: bool = False,
+        metavar: Optional[str] = None,
+    ) -> None:
+        self.values = tuple(values)
+        self.what, self.check, self.lists = what, check, lists
+        self.completions = tuple(dict.fromkeys([*self.values, *complete]))
+        self.metavar = (metavar or "<" + "|".join(self.values) + ">") + (",..." if lists else "")
+
+    def one(self, value: str) -> str:
+        """One value in the choices' spelling; ValueError (typer's usage error) naming the known ones."""
+        value = value.strip()
+        if self.check is not None:
+            self.check(value)  # the library's own words when it refuses (InvalidSpecError is a ValueError)
+            return value
+        found = next((v for v in self.values if v.lower() == value.lower()), None)
+        if found is None:
+            raise ValueError(f"unknown {self.what} {value!r}; choose from: {', '.join(self.values)}")
+        return found
+
+    def __call__(self, value: str) -> str:
+        if not self.lists:
+            return self.one(value)
+        parts = [self.one(p) for p in value.split(",") if p.strip()]
+        if not parts:
+            raise ValueError(f"no {self.what} given; choose from: {', '.join(self.values)}")
+        return ",".join(parts)
+
+    def complete(self, incomplete: str) -> list[str]:
+        """Shell completion: the values starting with what was typed (after its last comma for lists)."""
+        head, _, tail = incomplete.rpartition(",") if self.lists else ("", "", incomplete)
+        prefix = head + "," if head else ""
+        return [prefix + v for v in self.completions if v.lower().startswith(tail.lower())]
+
+    def option(self, default: Any, *names: str, help: str, checked: bool = True, **kw: Any) -> Any:
+        """A typer.Option taking these values; with ``checked=False`` only listed and completed, where the command
+        checks the value itself (exit 2 with the library's message)."""
+        parser = {"parser": self} if checked else {}
+        return typer.Option(
+            default, *names, metavar=self.metavar, autocompletion=self.complete, help=help, **parser, **kw
+        )
+
+
+#: What ``--kind`` takes: the catalogue's kinds (attention, all2all).
+Kind = Enum("Kind", {k: k for k in get_args(CatalogueKind)}, type=str)  # type: ignore[misc]
+
+
+def _device_names() -> list[str]:
+    from hwtune.core.devices import simulated_names
+
+    return simulated_names()
+
+
+def _check_device(name: str) -> None:
+    if name.strip().lower() != "auto":
+        from hwtune.core.devices import simulated
+
+        simulated(name)  # an unknown name: the library's error listing the known ones
+
+
+#: ``--device`` of `select` and `backends`: this machine, or a device to plan for (aliases as the library takes).
+DEVICE_NAMES = Choices(["auto", *_device_names()], "device", check=_check_device, metavar="<DEVICE>")
+#: ``--device`` of `bench` (and `tune`): what runs the candidates here.
+RUN_DEVICES = Choices(MEASURE_ON, "device")
+#: ``--phase``: the attention phases.
+PHASE_NAMES = Choices(PHASES, "phase")
 JsonOpt = typer.Option(False, "--json", help="Print only JSON on stdout.")
-DeviceOpt = typer.Option(
+DeviceOpt = DEVICE_NAMES.option(
     "auto",
     "--device",
     "-d",
-    help="'auto' (this machine, via NVML) or a simulated device: sm80, sm86, sm89, sm90, sm100, sm103, sm120, "
-    "a100, h100, h200, b200, gb200, rtx5090, cpu.",
+    help=f"'auto' (this machine, via NVML) or a simulated device: {', '.join(_device_names())}.",
 )
 AssumeInstalledOpt = typer.Option(
     False, "--assume-installed", help="Plan for another machine: treat every required package as installed."

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 from rich.markup import escape
 
-from hwtune.cli.common import JsonOpt, console, emit_json, guarded
+from hwtune.cli.common import JsonOpt, Kind, console, emit_json, guarded
 from hwtune.core.errors import StoreDataError, StoreUnavailableError
 
 if TYPE_CHECKING:
@@ -96,19 +96,18 @@ def status(db: Optional[str] = DbOpt, json_out: bool = JsonOpt) -> None:
 def export(
     file: str = typer.Argument(..., help="Output .jsonl file, or - for stdout."),
     db: Optional[str] = DbOpt,
-    kind: Optional[str] = typer.Option(None, "--kind", help="Only attention or all2all."),
+    kind: Optional[Kind] = typer.Option(None, "--kind", help="Only attention or all2all."),  # type: ignore[valid-type]
     json_out: bool = JsonOpt,
 ) -> None:
     """Write every measurement to a versioned JSON Lines file (header line, then one measurement per line)."""
     from hwtune.db.transfer import export_jsonl
 
-    if kind not in (None, "attention", "all2all"):
-        raise StoreDataError(f"unknown kind {kind!r}; known: attention, all2all")
+    wanted = kind.value if kind is not None else None
     with _open_existing(db, check_revision=True) as store:
         if file == "-":
-            count = export_jsonl(store, sys.stdout, kind=kind)
+            count = export_jsonl(store, sys.stdout, kind=wanted)
         else:
-            count = _export_atomically(store, Path(file), kind)
+            count = _export_atomically(store, Path(file), wanted)
     if json_out and file != "-":
         emit_json({"file": file, "count": count})
     else:

@@ -7,10 +7,11 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from hwtune.cli.common import AssumeInstalledOpt, DeviceOpt, JsonOpt, console, emit_json, guarded
+from hwtune.cli.common import AssumeInstalledOpt, DeviceOpt, JsonOpt, Kind, console, emit_json, guarded
 from hwtune.core import catalogue
 from hwtune.core.catalogue import Backend
 from hwtune.core.environment import current_environment
+from hwtune.core.errors import InvalidSpecError
 from hwtune.core.packages import check_requirement, installed_version
 from hwtune.selector.api import resolve_device
 
@@ -97,18 +98,16 @@ def _device_reasons(b: Backend, device_name: str, assume_installed: bool) -> lis
 
 @guarded
 def backends(
-    kind: Optional[str] = typer.Option(None, "--kind", "-k", help="attention or all2all (default: both)."),
+    kind: Optional[Kind] = typer.Option(None, "--kind", "-k", help="attention or all2all (default: both)."),  # type: ignore[valid-type]
     device: str = DeviceOpt,
     assume_installed: bool = AssumeInstalledOpt,
     markdown: bool = typer.Option(False, "--markdown", help="Print the catalogue's facts as Markdown tables."),
     json_out: bool = JsonOpt,
 ) -> None:
     """List the catalogue: each backend, its tactics, and whether it can run here (or on --device)."""
-    from hwtune.core.errors import InvalidSpecError
-
-    if kind not in (None, "attention", "all2all"):
-        raise InvalidSpecError(f"unknown --kind {kind!r}; known: attention, all2all")
-    kinds = [kind] if kind else ["attention", "all2all"]
+    kinds = [kind.value] if kind else [k.value for k in Kind]
+    if markdown and json_out:
+        raise InvalidSpecError("--markdown and --json are two outputs: give one")
     if markdown:
         from hwtune.core.catalogue.doc import markdown as render
 

@@ -10,26 +10,13 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from hwtune.cli.common import JsonOpt, console, emit_json, guarded, winners_table
+from hwtune.cli.common import JsonOpt, Kind, console, emit_json, guarded, winners_table
 from hwtune.core.errors import InvalidSpecError
 from hwtune.core.records import STATUSES
+from hwtune.core.types import PHASES
 
-
-class Kind(str, Enum):
-    """What ``--kind`` takes."""
-
-    attention = "attention"
-    all2all = "all2all"
-
-
-class Phase(str, Enum):
-    """What ``--phase`` takes."""
-
-    decode = "decode"
-    prefill = "prefill"
-    mixed = "mixed"
-
-
+#: What ``--phase`` takes: the attention phases.
+Phase = Enum("Phase", {p: p for p in PHASES}, type=str)  # type: ignore[misc]
 #: What ``--status`` takes: the record statuses.
 Status = Enum("Status", {s: s for s in STATUSES}, type=str)  # type: ignore[misc]
 KindOpt = typer.Option(None, "--kind", help="Only attention or all2all.")
@@ -70,10 +57,10 @@ def _records(
 
 @guarded
 def show(
-    kind: Optional[Kind] = KindOpt,
+    kind: Optional[Kind] = KindOpt,  # type: ignore[valid-type]
     backend: Optional[str] = typer.Option(None, "--backend"),
     status: Optional[Status] = typer.Option(None, "--status", help="Only records of this status."),  # type: ignore[valid-type]
-    phase: Optional[Phase] = typer.Option(None, "--phase", help="Only attention workloads of this phase."),
+    phase: Optional[Phase] = typer.Option(None, "--phase", help="Only attention workloads of this phase."),  # type: ignore[valid-type]
     this_env: bool = typer.Option(False, "--this-env", help="Only measurements from this machine's environment."),
     run: Optional[str] = typer.Option(None, "--run", help="Only one tuning run's measurements."),
     winners_only: bool = typer.Option(False, "--winners", help="One row per workload: its fastest candidate."),
@@ -134,7 +121,7 @@ def _check_out(out: Path, overwrite: bool) -> None:
 @guarded
 def report(
     out: Path = typer.Option(..., "--out", help="Folder for index.html and the PNG plots (new, or empty)."),
-    kind: Optional[Kind] = KindOpt,
+    kind: Optional[Kind] = KindOpt,  # type: ignore[valid-type]
     this_env: bool = typer.Option(False, "--this-env", help="Only this machine's environment."),
     run: Optional[str] = typer.Option(None, "--run", help="Only one tuning run's measurements."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the report already in --out."),

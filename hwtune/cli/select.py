@@ -11,7 +11,8 @@ from typing import Optional
 import typer
 
 from hwtune.cli import specs as S
-from hwtune.cli.common import AssumeInstalledOpt, DeviceOpt, JsonOpt, console, emit_json, guarded
+from hwtune.cli.common import AssumeInstalledOpt, Choices, DeviceOpt, JsonOpt, console, emit_json, guarded
+from hwtune.core.catalogue.engines import DEFAULT_ENGINE, ENGINES, NO_ENGINE
 from hwtune.core.errors import InvalidSpecError
 from hwtune.core.model_config import all2all_spec, load_model_config
 from hwtune.core.types import All2AllSpec
@@ -35,7 +36,13 @@ class Format(str, Enum):
     sglang = "sglang"
 
 
-BackendOpt = typer.Option(None, "--backend", "-b", help="Ask for this backend; an error if it is not valid here.")
+BackendOpt = typer.Option(
+    None,
+    "--backend",
+    "-b",
+    help="Ask for this backend; an error if it is not valid here. Without it, HWTUNE_ATTENTION_BACKEND or "
+    "HWTUNE_ALL2ALL_BACKEND is read (by the library: engines that import hwtune honour them too).",
+)
 ExplainOpt = typer.Option(False, "--explain", help="Show every rank's source and every rejection's reasons.")
 FormatOpt = typer.Option(
     Format.text,
@@ -55,8 +62,11 @@ ProfileOpt = typer.Option(
     "balanced", "--profile", help="decode-heavy, balanced, prefill-heavy, or a JSON/TOML file of mix weights."
 )
 PerPhaseOpt = typer.Option(False, "--per-phase", help="Also recommend a decode and a prefill backend separately.")
-EngineOpt = typer.Option(
-    "vllm", "--engine", help="The engine to configure: vllm, sglang, or none (hwtune's own catalogue and kernels)."
+ENGINE_NAMES = Choices([*ENGINES, *NO_ENGINE], "engine")
+EngineOpt = ENGINE_NAMES.option(
+    DEFAULT_ENGINE,
+    "--engine",
+    help="The engine to configure: vllm, sglang, or none (hwtune's own catalogue and kernels; also 'hwtune').",
 )
 EngineVersionOpt = typer.Option(
     None, "--engine-version", help="Its version (default: the newest hwtune has a snapshot of; docs/engines.md)."
@@ -231,7 +241,7 @@ def all2all(
     num_experts: Optional[int] = typer.Option(None, "--num-experts", min=1),
     topk: Optional[int] = typer.Option(None, "--topk", min=1),
     hidden_size: Optional[int] = typer.Option(None, "--hidden-size", min=1),
-    quant_dtype: Optional[str] = typer.Option(
+    quant_dtype: Optional[str] = S.QUANT_DTYPE.option(
         None,
         "--quant-dtype",
         help="Activations dispatched to the experts: bf16, fp8, nvfp4, mxfp8, ... (default: what --model's "

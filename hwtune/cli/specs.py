@@ -1,28 +1,65 @@
-"""Options that describe an attention spec, shared by `select attention`, `bench attention` and `tune`."""
+"""Options that describe an attention spec, shared by `select attention`, `bench attention` and `tune`, and the
+value sets they take (each from the library: the CLI accepts what the library accepts, and --help lists it)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, get_args
 
 import typer
 
+from hwtune.cli.common import Choices
+from hwtune.core.catalogue.engines.snapshot import known_kv_cache_dtypes
 from hwtune.core.errors import InvalidSpecError
 from hwtune.core.model_config import attention_spec, load_model_config
-from hwtune.core.types import AttentionSpec
+from hwtune.core.types import (
+    DTYPE_ALIASES,
+    KV_CACHE_DTYPE_ALIASES,
+    QUANT_DTYPE_ALIASES,
+    AttentionSpec,
+    KVLayout,
+    normalize_dtype,
+    normalize_kv_cache_dtype,
+    normalize_quant_dtype,
+)
+
+#: The names the library knows (hwtune's and every supported engine version's: vLLM's turboquant_k8v4, ...);
+#: knowing a name is not supporting it, which each backend's allowlist decides.
+KV_CACHE_DTYPE_NAMES = sorted(set(KV_CACHE_DTYPE_ALIASES.values()) | known_kv_cache_dtypes())
+KV_CACHE_DTYPES = Choices(
+    KV_CACHE_DTYPE_NAMES,
+    "kv-cache dtype",
+    check=normalize_kv_cache_dtype,
+    complete=KV_CACHE_DTYPE_ALIASES,
+    metavar="<DTYPE>",
+)
+KV_LAYOUTS = Choices(get_args(KVLayout), "kv layout")
+DTYPES = Choices(sorted(set(DTYPE_ALIASES.values())), "dtype", check=normalize_dtype, complete=DTYPE_ALIASES)
+#: MoE dispatch payloads (all2all): one, or several comma-separated where a command sweeps them.
+QUANT_DTYPE_NAMES = sorted(set(QUANT_DTYPE_ALIASES.values()))
+QUANT_DTYPE = Choices(
+    QUANT_DTYPE_NAMES, "activation quant dtype", check=normalize_quant_dtype, complete=QUANT_DTYPE_ALIASES
+)
+QUANT_DTYPE_LIST = Choices(
+    QUANT_DTYPE_NAMES,
+    "activation quant dtype",
+    check=normalize_quant_dtype,
+    complete=QUANT_DTYPE_ALIASES,
+    lists=True,
+)
+KV_CACHE_DTYPE_HELP = (
+    f"KV-cache dtype, one of: {', '.join(KV_CACHE_DTYPE_NAMES)} (auto: the model dtype; fp8 = fp8_e4m3; "
+    "hwtune's and its engines' names, each backend's allowlist decides where it runs)."
+)
+KV_LAYOUT_HELP = "KV-cache page layout: NHD, HND, or auto (each backend's own)."
 
 ModelOpt = typer.Option(None, "--model", "-m", help="Hugging Face config.json (or its folder).")
 TpOpt = typer.Option(1, "--tp", min=1, help="Tensor-parallel size: heads are divided as engines divide them.")
 NumHeadsOpt = typer.Option(None, "--num-heads", min=1, help="Query heads per rank.")
 NumKvHeadsOpt = typer.Option(None, "--num-kv-heads", min=1, help="KV heads per rank.")
 HeadSizeOpt = typer.Option(None, "--head-size", min=1)
-DtypeOpt = typer.Option(None, "--dtype", help="bfloat16 (default) or float16, float32.")
-KvDtypeOpt = typer.Option(
-    "auto",
-    "--kv-cache-dtype",
-    help="auto, bfloat16, float16, fp8 (e4m3), fp8_e5m2, an engine's own names (vLLM: turboquant_k8v4, nvfp4, ...), "
-    "or hwtune's turboquant_4bit, turboquant_8bit.",
-)
+DtypeOpt = DTYPES.option(None, "--dtype", help="Model dtype: bfloat16 (default), float16 or float32.")
+KvDtypeOpt = KV_CACHE_DTYPES.option("auto", "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP)
 BlockSizeOpt = typer.Option(16, "--block-size", min=1, help="Tokens per KV-cache page.")
 #: `select`: no default, as engines: without --block-size each backend runs at its preferred size (docs/engines.md).
 SelectBlockSizeOpt = typer.Option(
@@ -31,7 +68,7 @@ SelectBlockSizeOpt = typer.Option(
     min=1,
     help="Tokens per KV-cache page (default: none given; the engine uses each backend's own).",
 )
-KvLayoutOpt = typer.Option("auto", "--kv-layout", help="auto, NHD or HND.")
+KvLayoutOpt = KV_LAYOUTS.option("auto", "--kv-layout", help=KV_LAYOUT_HELP)
 DcpOpt = typer.Option(1, "--dcp", min=1, help="Decode context parallel size.")
 PcpOpt = typer.Option(1, "--pcp", min=1, help="Prefill context parallel size.")
 CpInterleaveOpt = typer.Option(

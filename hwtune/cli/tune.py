@@ -24,7 +24,36 @@ if TYPE_CHECKING:
     from hwtune.tuner.plan import Plan
     from hwtune.tuner.run import TuneReport
 
-from hwtune.cli.common import JsonOpt, console, emit_json, guarded, winners_table
+from hwtune.cli import specs as S
+from hwtune.cli.common import DEVICE_NAMES, RUN_DEVICES, Choices, JsonOpt, console, emit_json, guarded, winners_table
+from hwtune.tuner.options import KINDS
+
+
+def _check_tune_device(name: str) -> None:
+    if name not in RUN_DEVICES.values:
+        DEVICE_NAMES.one(name)  # a device to plan for (--dry-run): the library's error lists the known ones
+
+
+#: --kinds: attention and/or all2all, the option repeated or comma-separated.
+TUNE_KINDS = Choices(KINDS, "kind", lists=True)
+#: --device: this node (auto, cuda, cpu), or a device to plan for with --dry-run.
+TUNE_DEVICES = Choices(
+    RUN_DEVICES.values,
+    "device",
+    check=_check_tune_device,
+    complete=DEVICE_NAMES.completions,
+    metavar="<auto|cuda|cpu|DEVICE>",
+)
+KindsOpt = TUNE_KINDS.option(
+    list(KINDS), "--kinds", help="attention and/or all2all (repeat or comma-separate: --kinds attention,all2all)."
+)
+QuantDtypesOpt = S.QUANT_DTYPE_LIST.option(
+    None,
+    "--quant-dtype",
+    help="Activation dtypes the engine dispatches to the experts (all2all plans), e.g. nvfp4, or bf16,fp8; "
+    "repeat or comma-separate. Default: what the model's quantization config dispatches, else bf16.",
+    checked=False,  # tuner.options.parse_quant_dtypes checks it, with its own message (tests/tuner/test_plan.py)
+)
 
 
 def _winners_table(records: list) -> Table:
@@ -43,25 +72,25 @@ def tune(
     max_model_len: Optional[int] = typer.Option(
         None, "--max-model-len", min=1, help="Longest context the engine serves."
     ),
-    kinds: list[str] = typer.Option(
-        ["attention", "all2all"], "--kinds", help="attention and/or all2all (repeat or comma-separate)."
-    ),
+    kinds: list[str] = KindsOpt,
     backends: Optional[list[str]] = typer.Option(
-        None, "--backends", help="Only these backends, BACKEND or BACKEND:TACTIC (repeat or comma-separate)."
+        None,
+        "--backends",
+        metavar="BACKEND[:TACTIC],...",
+        help="Only these backends, BACKEND or BACKEND:TACTIC (repeat or comma-separate).",
     ),
-    kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype"),
+    kv_cache_dtype: Optional[str] = S.KV_CACHE_DTYPES.option(
+        None, "--kv-cache-dtype", help=S.KV_CACHE_DTYPE_HELP + " For --model plans; default: the model's."
+    ),
     block_size: Optional[int] = typer.Option(None, "--block-size", min=1),
-    kv_layout: Optional[str] = typer.Option(None, "--kv-layout"),
+    kv_layout: Optional[str] = S.KV_LAYOUTS.option(
+        None, "--kv-layout", help=S.KV_LAYOUT_HELP + " For --model plans; default: auto (each layout a backend takes)."
+    ),
     dcp: Optional[int] = typer.Option(None, "--dcp", min=1),
     pcp: Optional[int] = typer.Option(None, "--pcp", min=1),
     cp_interleave: Optional[int] = typer.Option(None, "--cp-interleave", min=1),
     spec_tokens: Optional[int] = typer.Option(None, "--spec-tokens", min=0),
-    quant_dtype: Optional[list[str]] = typer.Option(
-        None,
-        "--quant-dtype",
-        help="Activation dtypes the engine dispatches to the experts (all2all plans), e.g. nvfp4, or bf16,fp8; "
-        "repeat or comma-separate. Default: what the model's quantization config dispatches, else bf16.",
-    ),
+    quant_dtype: Optional[list[str]] = QuantDtypesOpt,
     quick: bool = typer.Option(False, "--quick", help="A small plan (about 2 minutes on an H100, JIT included)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and its estimated time; measure nothing."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run of the same plan."),
@@ -73,11 +102,13 @@ def tune(
         None, "--time-cap", min=0.01, help="Seconds of timing per candidate at most."
     ),
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Seconds before a candidate is killed as hung."),
-    device: str = typer.Option(
+    device: str = TUNE_DEVICES.option(
         "auto",
         "--device",
         "-d",
-        help="auto (this node), cuda, cpu, or a device to plan for with --dry-run (sm90, sm100, h100, b200, ...).",
+        help="auto (this node), cuda, cpu, or a device to plan for with --dry-run: "
+        + ", ".join(DEVICE_NAMES.values[1:])
+        + ".",
     ),
     no_warmup: bool = typer.Option(False, "--no-warmup", help="Skip the parallel JIT warm-up."),
     lease: float = typer.Option(

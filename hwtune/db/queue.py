@@ -6,11 +6,18 @@ LOCKED``: concurrent workers skip rows another worker is claiming instead of wai
 On SQLite the whole claim runs under ``BEGIN IMMEDIATE``, which serialises writers. An item whose lease
 expired ``max_attempts`` times is marked failed rather than handed out again: it probably kills workers.
 Lease times come from the database server's clock on PostgreSQL, so nodes with skewed clocks agree.
+
+A worker is named ``host:pid:start:tag`` (``worker_id``): with the process's start time the name stays true when
+the pid is reused, so ``holder_is_gone`` tells a dead holder of this host from a live one at once, without
+waiting for its lease.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import os
+import socket
+import uuid
 from typing import Any, Mapping, Sequence
 
 from sqlalchemy import and_, func, or_, select, text, update
@@ -154,3 +161,50 @@ def release(conn: Connection, plan_id: str, held: Sequence[tuple[str, str]]) -> 
         ).all()
         released += len(rows)
     return released
+
+
+# --- who holds an item ---------------------------------------------------------------------------------------
+
+
+def process_start(pid: int) -> str | None:
+    """When process ``pid`` started, in clock ticks after boot (``/proc/<pid>/stat`` field 22), or None where
+    /proc cannot say (no such process, or not Linux). With the pid it names one process, even once the pid is
+    reused."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            data = stat.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()  # after "pid (comm) ": field 3 on; comm may hold spaces and ")"
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+def worker_id(tag: str | None = None) -> str:
+    """This process's name in the queue: ``host:pid:start:tag`` (``host:pid:tag`` where /proc cannot give the start
+    time); the tag tells apart workers of one process."""
+    pid = os.getpid()
+    start = process_start(pid)
+    return ":".join([socket.gethostname(), str(pid), *([start] if start else []), tag or uuid.uuid4().hex[:6]])
+
+
+def holder_is_gone(worker: str) -> bool:
+    """Whether a worker (``worker_id``, or the older ``host:pid:tag``) names a process of this host that no longer
+    exists: no process has its pid, or the one that has it started at another time (the pid was reused, by this
+    process too). Another host's process, or one of this host that this user may not signal and whose start time
+    is not known, is never taken for gone: its lease decides."""
+    parts = worker.split(":")
+    if len(parts) not in (3, 4) or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return False
+    pid, started = int(parts[1]), parts[2] if len(parts) == 4 else None
+    now = process_start(pid)
+    if started is not None and now is not None:
+        return now != started
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists but belongs to another user, or cannot be asked: not ours to take over
+        return False
+    return False

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -327,11 +327,13 @@ def default_plan(
     device: DeviceProfile | None = None,
     kinds: Iterable[str] = ("attention",),
     quant_dtypes: Iterable[str] | None = None,
+    spec: AttentionSpec = DEFAULT_SPEC,
 ) -> Plan:
-    """The plan when no model or plan file is given: a Llama-3.1-8B-shaped attention grid (and an all2all sweep of a
-    generic MoE layer per requested activation dtype, bf16 by default, when asked)."""
+    """The plan when no model or plan file is given: a Llama-3.1-8B-shaped attention grid (``spec``: the command
+    line's spec options applied to DEFAULT_SPEC) and an all2all sweep of a generic MoE layer per requested
+    activation dtype, bf16 by default, when asked."""
     notes: list[str] = ["no --model or --plan: default plan for a Llama-3.1-8B-shaped model (32/8 heads, head 128)"]
-    items = attention_items(DEFAULT_SPEC, quick=quick, device=device, notes=notes) if "attention" in kinds else []
+    items = attention_items(spec, quick=quick, device=device, notes=notes) if "attention" in kinds else []
     if "all2all" in kinds:
         dtypes, why = all2all_dtypes(None, quant_dtypes)
         notes.append(f"all2all planned for {', '.join(dtypes)} activations: {why}")
@@ -364,7 +366,9 @@ def build_plan(
     """The plan a tune run measures: from a plan file, from a model's config.json, or the default plan."""
     if plan_file is not None and model is not None:
         raise InvalidSpecError("give --model or --plan, not both (a plan file can name its model)")
+    overrides = {k: v for k, v in (attention_overrides or {}).items() if v is not None}
     if plan_file is not None:
+        _no_spec_options(overrides)
         if quant_dtypes:
             raise InvalidSpecError(
                 "--quant-dtype applies to --model and the default plan; a plan file names its all2all activation "
@@ -374,7 +378,6 @@ def build_plan(
 
         return plan_from_toml(plan_file, device=device)
     if model is not None:
-        overrides = {k: v for k, v in (attention_overrides or {}).items() if v is not None}
         return plan_from_model(
             model,
             tp=tp,
@@ -387,4 +390,15 @@ def build_plan(
             attention_overrides=overrides,
             quant_dtypes=quant_dtypes,
         )
-    return default_plan(quick=quick, device=device, kinds=list(kinds), quant_dtypes=quant_dtypes)
+    spec = replace(DEFAULT_SPEC, **overrides)
+    return default_plan(quick=quick, device=device, kinds=list(kinds), quant_dtypes=quant_dtypes, spec=spec)
+
+
+def _no_spec_options(overrides: Mapping[str, Any]) -> None:
+    """A plan file states its attention spec itself: a spec option given on the command line is refused, not
+    silently ignored."""
+    defaults = {f.name: f.default for f in fields(AttentionSpec)}
+    given = sorted(k for k, v in overrides.items() if v != defaults.get(k))
+    if given:
+        names = ", ".join("--" + k.removesuffix("_size").replace("_", "-") for k in given)
+        raise InvalidSpecError(f"{names}: a plan file states its spec itself ([attention] in the file), not here")

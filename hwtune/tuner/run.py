@@ -13,8 +13,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-import os
-import socket
 import threading
 import time
 import uuid
@@ -28,6 +26,7 @@ from hwtune.core.errors import InvalidSpecError
 from hwtune.core.records import MeasurementRecord
 from hwtune.core.result_store import ResultStore
 from hwtune.core.types import All2AllWorkload, AttentionWorkload, workload_from_dict
+from hwtune.db.queue import holder_is_gone, worker_id
 from hwtune.probes.attention.measure import measure_attention, plan_candidates
 from hwtune.probes.attention.worker import WorkerPool
 from hwtune.probes.timing import TimingOptions
@@ -92,7 +91,7 @@ class Tuner:
         self.profile = detected if self.device == "cuda" else CPU_PROFILE
         self.env = current_environment(self.profile)
         self.progress = progress or (lambda *a: None)
-        self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.worker = worker_id()
         self.timing = dataclasses.replace(TimingOptions(), time_cap_s=options.time_cap_s or plan.time_cap_s)
         self._held: set[str] = set()
         self._notes: list[str] = []
@@ -327,24 +326,6 @@ class Tuner:
                 self._held.discard(item.key)
         report.items_done += 1
         self.progress("done", report.items_done, total, describe_item(item))
-
-
-def holder_is_gone(worker: str) -> bool:
-    """Whether a queue worker id (``host:pid:tag``) names a process of this host that no longer exists. Another
-    host's process, or one this user may not signal, is never taken for gone: its lease decides."""
-    parts = worker.rsplit(":", 2)
-    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
-        return False
-    pid = parts[1]
-    if int(pid) == os.getpid():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # exists but belongs to another user, or cannot be asked: not ours to take over
-        return False
-    return False
 
 
 def describe_item(item: PlanItem) -> str:

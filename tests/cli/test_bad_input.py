@@ -87,6 +87,96 @@ def test_ranges_and_choices_show_in_help() -> None:
     assert "decode" in show_help and "prefill" in show_help and "mixed" in show_help
 
 
+# --- choices: declared on the option, listed in --help, a bad value is click's usage error -----------------------
+
+HEADS = ["--num-heads", "8", "--num-kv-heads", "2", "--head-size", "64"]
+A2A = ["bench", "all2all", "--backend", "naive", "--world-size", "2", "--device", "cpu"]
+
+
+def unboxed(text: str) -> str:
+    """Text with typer's panel borders removed and its wrapped lines joined."""
+    return " ".join(" ".join(line.strip().strip("│╭╮╰╯─").split()) for line in text.splitlines()).strip()
+
+
+def usage_error(res, option: str, *words: str) -> None:
+    """Exit 2 as click's usage error about ``option`` (checked before the command runs), naming ``words``."""
+    refused(res)
+    text = unboxed(res.output)
+    assert f"Invalid value for '{option}'" in text, text
+    for word in words:
+        assert word in text, f"{word!r} not in {text!r}"
+
+
+@pytest.mark.parametrize(
+    "args, option, words",
+    [
+        (["select", "attention", *HEADS, "--kv-layout", "NDH"], "--kv-layout", ["auto", "NHD", "HND"]),
+        (["bench", "attention", "-b", "TORCH_SDPA", *HEADS, "--kv-layout", "x"], "--kv-layout", ["NHD"]),
+        (["tune", "--dry-run", "--kv-layout", "x"], "--kv-layout", ["HND"]),
+        (["select", "attention", *HEADS, "--kv-cache-dtype", "fp9"], "--kv-cache-dtype", ["turboquant_k8v4"]),
+        (["bench", "attention", "-b", "TORCH_SDPA", *HEADS, "--kv-cache-dtype", "fp9"], "--kv-cache-dtype", []),
+        (["tune", "--dry-run", "--kv-cache-dtype", "fp9"], "--kv-cache-dtype", ["fp8_e5m2"]),
+        (["select", "attention", *HEADS, "--dtype", "int7"], "--dtype", ["bfloat16"]),
+        (["bench", "attention", "-b", "TORCH_SDPA", *HEADS, "--phase", "decoding"], "--phase", ["prefill"]),
+        (["bench", "attention", "-b", "TORCH_SDPA", *HEADS, "--device", "tpu"], "--device", ["cuda"]),
+        (["db", "export", "-", "--kind", "moe"], "--kind", ["attention", "all2all"]),
+        (["backends", "--kind", "moe"], "--kind' / '-k", ["all2all"]),
+        (["backends", "--device", "sm42"], "--device' / '-d", ["h100"]),
+        (["tune", "--dry-run", "--kinds", "attention,moe"], "--kinds", ["all2all"]),
+        (["tune", "--dry-run", "--device", "sm42"], "--device' / '-d", ["sm100"]),
+        ([*A2A, "--routing", "uniform,zipf"], "--routing", ["skewed"]),
+        ([*A2A, "--tokens-per-rank", "64,0"], "--tokens-per-rank' / '-t", ["'0'"]),
+        ([*A2A, "--quant-dtype", "int3"], "--quant-dtype", ["mxfp8"]),
+    ],
+)
+def test_a_value_outside_an_options_choices_is_a_usage_error(args: list[str], option: str, words: list[str]) -> None:
+    usage_error(run(*args), option, *words)
+
+
+def test_tune_quant_dtype_is_listed_in_help_and_checked_by_the_library() -> None:
+    assert "<bf16|fp16|fp8|mxfp4|mxfp8|nvfp4>,..." in unboxed(
+        CliRunner().invoke(app, ["tune", "--help"], env={"COLUMNS": "400"}).output
+    )
+    refused(
+        run("tune", "--dry-run", "--quant-dtype", "bf16,int3"), "--quant-dtype takes the activation dtypes", "nvfp4"
+    )
+
+
+def test_choices_accept_what_the_library_accepts() -> None:
+    """The kv-cache dtype check is the library's: an engine's own name (vLLM's turboquant_k8v4) and an alias
+    (fp8) pass; choices match regardless of case and take the library's spelling (nhd -> NHD)."""
+    for dtype in ("turboquant_k8v4", "fp8", "FP8_E5M2", "bf16"):
+        res = run("select", "attention", *HEADS, "--kv-cache-dtype", dtype, "--device", "sm90", "--json")
+        assert "Invalid value" not in res.output, res.output
+    model = str(MODELS / "llama-3.1-8b.json")
+    res = run(
+        "tune", "--model", model, "--dry-run", "--json", "--device", "cpu", "--kinds", "attention", "--kv-layout", "hnd"
+    )
+    assert res.exit_code == 0, res.output
+    layouts = {i["workload"]["spec"]["kv_layout"] for i in json.loads(res.stdout)["plan"]["items"]}
+    assert layouts == {"HND"}
+
+
+def test_choices_are_listed_in_help_from_the_library() -> None:
+    from hwtune.core.catalogue.engines.snapshot import known_kv_cache_dtypes
+    from hwtune.core.devices import simulated_names
+
+    wide = {"COLUMNS": "400"}
+    select_help = unboxed(CliRunner().invoke(app, ["select", "attention", "--help"], env=wide).output)
+    assert "<auto|NHD|HND>" in select_help
+    assert all(name in select_help for name in known_kv_cache_dtypes() | {"turboquant_4bit", "turboquant_8bit"})
+    assert all(name in select_help for name in simulated_names())
+    for command, shown in [
+        (["bench", "attention"], ["<decode|prefill|mixed>", "<auto|cuda|cpu>", "<auto|NHD|HND>"]),
+        (["bench", "all2all"], ["<uniform|skewed>,...", "N[,N...]", "<bf16|fp16|fp8|mxfp4|mxfp8|nvfp4>"]),
+        (["tune"], ["<attention|all2all>,...", "<auto|NHD|HND>", "<auto|cuda|cpu|DEVICE>"]),
+        (["db", "export"], ["<attention|all2all>"]),
+        (["backends"], ["<attention|all2all>"]),
+    ]:
+        text = unboxed(CliRunner().invoke(app, [*command, "--help"], env=wide).output)
+        assert all(s in text for s in shown), (command, text)
+
+
 def test_timeout_is_checked_by_the_library_too() -> None:
     from hwtune.core.errors import InvalidSpecError
     from hwtune.tuner.options import TuneOptions
@@ -197,3 +287,8 @@ def test_an_engine_reads_the_store_that_tune_wrote_at_a_percent_encoded_url(
     rows, _fps, notes = read_for_selection(url, SPEC.key(), "attention")
     assert rows, notes
     assert notes == [f"using configured store {tmp_path / 'a b.db'}"]
+
+
+def test_backends_markdown_and_json_together_are_refused() -> None:
+    res = CliRunner().invoke(app, ["backends", "--markdown", "--json"])
+    assert res.exit_code == 2 and "give one" in res.output

@@ -104,3 +104,80 @@ def test_one_list_style_repeat_or_comma() -> None:
         return json.loads(res.stdout)["plan"]
 
     assert planned("--kinds", "attention", "--kinds", "all2all") == planned("--kinds", "attention,all2all")
+
+
+def _commands():
+    """Every leaf command of `hwtune`, as (words, click command)."""
+    import typer.main
+
+    def walk(command, path):
+        subs = getattr(command, "commands", None)
+        if not subs:
+            yield path, command
+            return
+        for name, sub in subs.items():
+            yield from walk(sub, [*path, name])
+
+    yield from walk(typer.main.get_command(app), [])
+
+
+def test_every_option_that_takes_several_values_says_repeat_or_comma_separate() -> None:
+    several = [(words, p) for words, c in _commands() for p in c.params if getattr(p, "multiple", False)]
+    assert len(several) >= 6  # tune --kinds/--backends/--quant-dtype, bench all2all --backend/-t/--routing
+    for words, param in several:
+        assert "comma-separate" in (param.help or ""), (words, param.opts)
+        assert "," in (param.metavar or ""), (words, param.opts)  # the metavar shows the list style too
+
+
+def test_bench_all2all_takes_tokens_and_routing_repeated_or_comma_separated(monkeypatch: pytest.MonkeyPatch) -> None:
+    swept: list[list[tuple[int, str]]] = []
+
+    def sweep(workloads, names, **kw):
+        swept.append([(w.tokens_per_rank, w.routing) for w in workloads])
+        return []
+
+    monkeypatch.setattr("hwtune.probes.all2all.measure.measure_all2all_sweep", sweep)
+    base = ["bench", "all2all", "-b", "naive", "-n", "2", "-d", "cpu"]
+    run(*base, "-t", "64,128", "--routing", "uniform,skewed")
+    run(*base, "-t", "64", "--tokens-per-rank", "128", "--routing", "uniform", "--routing", "skewed")
+    run(*base, "-t", "64, 128,64", "--routing", "Uniform,skewed")
+    expected = [(64, "uniform"), (128, "uniform"), (64, "skewed"), (128, "skewed")]
+    assert swept == [expected, expected, expected]
+
+
+def test_tune_quant_dtypes_repeated_or_comma_separated() -> None:
+    model = str(Path(__file__).resolve().parents[1] / "data" / "models" / "deepseek-v3.json")
+
+    def planned(*args: str) -> dict:
+        res = run("tune", "--model", model, "--ep", "2", "--kinds", "all2all", "--dry-run", "--json", *args)
+        assert res.exit_code == 0, res.output
+        return json.loads(res.stdout)["plan"]
+
+    both = planned("--quant-dtype", "bf16,fp8")
+    assert both == planned("--quant-dtype", "bf16", "--quant-dtype", "fp8")
+    assert {i["workload"]["spec"]["quant_dtype"] for i in both["items"]} == {"bf16", "fp8"}
+
+
+def test_every_command_with_output_has_json() -> None:
+    """`--json` wherever a command prints results; `serve` answers HTTP and prints no results."""
+    without = [" ".join(words) for words, c in _commands() if not any("--json" in p.opts for p in c.params)]
+    assert without == ["serve"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["probe"],
+        ["backends", "--kind", "all2all", "--device", "h100"],
+        ["tune", "--dry-run", "--device", "sm90", "--kinds", "attention"],
+        ["show", "--winners"],
+        ["select", "attention", "--num-heads", "8", "--num-kv-heads", "2", "--head-size", "64", "--device", "sm90"],
+        ["select", "all2all", "--device", "h100", "--db", "none"],
+        ["db", "status"],
+        ["db", "roles"],
+    ],
+)
+def test_json_output_parses(args: list[str], store_url: str) -> None:
+    res = run(*args, "--json", env={"HWTUNE_DATABASE_URL": store_url})
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) is not None

@@ -42,3 +42,10 @@ def test_ep_size_needs_a_moe_model() -> None:
 def test_args_format_of_hwtunes_own_catalogue_says_which_engine() -> None:
     res = run("select", "attention", *HEADS, "--device", "h100", "--engine", "none", "--db", "none", "--format", "args")
     assert res.exit_code == 2 and "say which engine" in res.stderr
+
+
+def test_engine_is_a_choice_listed_in_help() -> None:
+    res = run("select", "attention", *HEADS, "--engine", "vlm", "--db", "none")
+    assert res.exit_code == 2 and "unknown engine 'vlm'" in res.stderr
+    wide = runner.invoke(app, ["select", "attention", "--help"], env={"COLUMNS": "200"}).stdout
+    assert "<vllm|sglang|none|hwtune>" in wide

@@ -284,3 +284,15 @@ def test_kv_layout_auto_plans_every_declared_layout_and_a_requested_one_only_its
     assert {i.workload.spec.kv_layout for i in hnd.items if i.workload.kind == "attention"} == {"HND"}
     quick = plan_from_model(MODELS / "llama-3.1-8b.json", device=h100, quick=True)
     assert {i.workload.spec.kv_layout for i in quick.items if i.workload.kind == "attention"} == {"NHD"}
+
+
+def test_spec_options_shape_the_default_plan_and_are_refused_with_a_plan_file() -> None:
+    """Without --model the command line's spec options apply to the default plan; a plan file states its spec
+    itself, so they are an error there rather than silently ignored."""
+    given = dict(kv_cache_dtype="fp8", block_size=None, kv_layout="HND", dcp_size=1, spec_tokens=0)
+    plan = build_plan(None, None, attention_overrides=given)
+    assert {(i.workload.spec.kv_cache_dtype, i.workload.spec.kv_layout) for i in plan.items} == {("fp8_e4m3", "HND")}
+    with pytest.raises(InvalidSpecError, match="--dcp, --kv-cache-dtype: a plan file states its spec itself"):
+        build_plan(None, ROOT / "examples" / "plan.toml", attention_overrides=dict(kv_cache_dtype="fp8", dcp_size=2))
+    defaults = dict(kv_cache_dtype="auto", kv_layout="auto", dcp_size=1, block_size=None)
+    assert build_plan(None, ROOT / "examples" / "plan.toml", attention_overrides=defaults).items
