@@ -61,13 +61,14 @@ def oracle_plan(spec, time_cap_s: float = 1.0, max_model_len: int = 131072) -> P
     return Plan(name="oracle", items=items, time_cap_s=time_cap_s)
 
 
-def tune(plan: Plan, db: Path, backends: tuple[str, ...] | None) -> dict:
+def tune(plan: Plan, db: Path, backends: tuple[str, ...] | None, bisect: bool = True) -> dict:
     from hwtune.db.store import Store
     from hwtune.tuner.run import TuneOptions, Tuner
 
     t0 = time.perf_counter()
     with Store.open(f"sqlite:///{db}") as store:
-        report = Tuner(plan, store, TuneOptions(backends=backends, fresh=True, time_cap_s=plan.time_cap_s)).run()
+        opts = TuneOptions(backends=backends, fresh=True, time_cap_s=plan.time_cap_s, bisect=bisect)
+        report = Tuner(plan, store, opts).run()
     return {
         "elapsed_s": round(time.perf_counter() - t0, 1),
         "items": report.items_done,
@@ -265,7 +266,7 @@ def measure_model(cfg: Path, tp: int, out: Path, steps: set[str], args: argparse
     result["device"] = profile.describe()
     if "quick" in steps:
         quick = plan_from_model(cfg, tp=tp, kinds=["attention"], quick=True, device=profile)
-        result["quick_tune"] = tune(quick, out / "quick.db", None)
+        result["quick_tune"] = tune(quick, out / "quick.db", None, bisect=False)
         print("quick", result["quick_tune"], flush=True)
     if "default" in steps:
         plan = plan_from_model(cfg, tp=tp, kinds=["attention"], device=profile, attention_overrides=overrides)
@@ -279,7 +280,7 @@ def measure_model(cfg: Path, tp: int, out: Path, steps: set[str], args: argparse
         info = load_model_config(cfg)
         spec = attention_spec(info, tp, **overrides)
         plan = oracle_plan(spec, args.oracle_time_cap, info.max_position_embeddings or 131072)
-        result["oracle_tune"] = tune(plan, out / "oracle.db", backends)
+        result["oracle_tune"] = tune(plan, out / "oracle.db", backends, bisect=False)  # a fixed set
         print("oracle", result["oracle_tune"], flush=True)
 
 

@@ -148,6 +148,7 @@ def tune(
         device=device if device in DEVICES else ("cuda" if profile.is_cuda and not profile.simulated else "cpu"),
         warmup=not no_warmup,
         lease_s=lease,
+        bisect=not quick,
     )
     opts.check()
     kind_list = parse_kinds(kinds)

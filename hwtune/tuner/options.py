@@ -30,6 +30,9 @@ class TuneOptions:
     warmup: bool = True
     warmup_parallel: int = 4
     seed: int = 0
+    #: Measure new points between neighbours whose winners differ, until each crossover is located
+    #: (``tuner.schedule.bisections``); off for quick plans and fixed sets.
+    bisect: bool = True
 
     def check(self) -> None:
         """Raise InvalidSpecError, in the words of the option, for anything a run cannot honour."""

@@ -211,23 +211,23 @@ def layout_items(
     contexts = context or (
         CPU_DECODE_CONTEXT if cpu else {"coarse": QUICK_DECODE_CONTEXT, "refine": ()} if quick else DECODE_CONTEXT
     )
+    batches, contexts = _reach(batches, max_num_seqs), _reach(contexts, max_model_len)
     for level, bkey in ((0, "coarse"), (1, "refine")):
-        for b in batches.get(bkey, ()):
+        for b in batches[bkey]:
             for ckey in ("coarse", "refine"):
-                for c in contexts.get(ckey, ()):
+                for c in contexts[ckey]:
                     lvl = max(level, 0 if ckey == "coarse" else 1)
-                    if b <= max_num_seqs and qd <= c <= max_model_len:
+                    if qd <= c:
                         add(AttentionWorkload(spec, "decode", batch=b, context_len=c, query_len=qd), lvl)
     chunks = CPU_PREFILL_CHUNK if cpu else ({"coarse": (2048,), "refine": ()} if quick else PREFILL_CHUNK)
     prefixes = CPU_PREFILL_PREFIX if cpu else ({"coarse": (0,), "refine": ()} if quick else PREFILL_PREFIX)
     for ckey in ("coarse", "refine"):
-        for chunk in chunks.get(ckey, ()):
+        for chunk in [c for c in chunks.get(ckey, ()) if c <= max_model_len]:
+            reach = _reach(prefixes, max_model_len - chunk)
             for pkey in ("coarse", "refine"):
-                for prefix in prefixes.get(pkey, ()):
-                    total = chunk + prefix
-                    if total <= max_model_len:
-                        lvl = 0 if (ckey, pkey) == ("coarse", "coarse") else 1
-                        add(AttentionWorkload(spec, "prefill", batch=1, context_len=total, query_len=chunk), lvl)
+                for prefix in reach[pkey]:
+                    lvl = 0 if (ckey, pkey) == ("coarse", "coarse") else 1
+                    add(AttentionWorkload(spec, "prefill", batch=1, context_len=chunk + prefix, query_len=chunk), lvl)
     if not quick and max_num_seqs >= 2:  # the layout engines run: decodes with one prefill chunk in the batch
         b, ctx, chunk = (4, 256, 64) if cpu else (min(32, max_num_seqs), 4096, 1024)
         add(
@@ -242,6 +242,15 @@ def layout_items(
             0,
         )
     return items
+
+
+def _reach(values: Mapping[str, Iterable[int]], limit: int) -> dict[str, tuple[int, ...]]:
+    """A grid within the engine's range: a coarse value beyond the limit becomes the limit itself (the engine
+    runs there, so the edge of its range is measured, not extrapolated); refinement values beyond it are left
+    out."""
+    coarse = sorted({min(v, limit) for v in values.get("coarse", ())})
+    refine = sorted({v for v in values.get("refine", ()) if v < limit and v not in coarse})
+    return {"coarse": tuple(coarse), "refine": tuple(refine)}
 
 
 def all2all_items(

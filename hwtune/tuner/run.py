@@ -31,8 +31,8 @@ from hwtune.probes.attention.measure import measure_attention, plan_candidates
 from hwtune.probes.attention.worker import WorkerPool
 from hwtune.probes.timing import TimingOptions
 from hwtune.tuner.options import TuneOptions
-from hwtune.tuner.plan import Plan, PlanItem
-from hwtune.tuner.schedule import order_refinements
+from hwtune.tuner.plan import Plan, PlanItem, _kv_fits
+from hwtune.tuner.schedule import bisections, order_refinements
 
 
 @dataclass
@@ -260,6 +260,8 @@ class Tuner:
                     if self.store.queue_state(queue_id).get("claimed", 0):  # others still work, or are gone
                         self._wait_for_others(queue_id, report, len(items))
                         continue
+                    if self._enqueue_bisections(queue_id, items, report):
+                        continue
                     return
                 key, payload = claimed[0]
                 item = items.get(key) or PlanItem(
@@ -310,6 +312,20 @@ class Tuner:
         done = self.store.measurements(workload_keys=[i.key for i in coarse], environment_hash=self.env.hash())
         ordered = order_refinements(refine, coarse, done)
         self.store.enqueue(queue_id, [(i.key, i.to_dict()) for i in ordered])
+
+    def _enqueue_bisections(self, queue_id: str, items: dict[str, PlanItem], report: TuneReport) -> bool:
+        """Queue the points that locate the crossovers left between measured neighbours (``schedule.bisections``);
+        False when there are none. Every node computes the same items from the store, so they share them."""
+        if not self.opts.bisect:
+            return False
+        done = self.store.measurements(workload_keys=list(items), environment_hash=self.env.hash())
+        new = bisections(list(items.values()), done, fits=lambda i: _kv_fits(i.workload, self.profile))
+        if not new:
+            return False
+        items.update({i.key: i for i in new})
+        report.notes.append(f"measured {len(new)} point(s) between neighbours whose winners differ")
+        self.store.enqueue(queue_id, [(i.key, i.to_dict()) for i in new])
+        return True
 
     def _measure_claimed(
         self, item: PlanItem, queue_id: str, run_id: str, pool: WorkerPool, report: TuneReport, total: int

@@ -1,18 +1,30 @@
-"""Which refinement points are worth measuring first: those between coarse points whose winners differ.
+"""Which refinement points are worth measuring: first those between coarse points whose winners differ, then
+new points that bisect the crossovers left.
 
 A budget-limited run measures the coarse grid first (it bounds every region), then the refinement points
 ordered by how much they can change a decision: a point whose nearest coarse neighbours (same kind, phase
 and query length) were won by different candidates sits on a crossover and is measured first; a point
-whose neighbours agree is measured last, if time remains.
+whose neighbours agree is measured last, if time remains. Then the plan adapts (``bisections``): wherever two
+measured neighbours along one axis (decode: batch, context; prefill: chunk, cached prefix) are won by different
+(backend, tactic) candidates that are not a near-tie, and lie at least ``BISECT_FACTOR`` apart, the point
+between them (geometric mean) is measured, and again until every crossover is located within that factor.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Iterable, Sequence
+from collections import defaultdict
+from typing import Callable, Iterable, Sequence
 
 from hwtune.core.records import MeasurementRecord
+from hwtune.core.types import AttentionWorkload
 from hwtune.tuner.plan import PlanItem
+
+#: A crossover between measured neighbours further apart than this factor is bisected.
+BISECT_FACTOR = 4
+#: Winners within this factor of each other at both neighbours are a near-tie: nothing worth locating.
+NEAR_TIE = 1.03
 
 
 def winners(records: Iterable[MeasurementRecord]) -> dict[str, tuple[str, str, float]]:
@@ -56,3 +68,79 @@ def order_refinements(
     won = winners(records)
     flagged = [(not informative(i, coarse, won), n) for n, i in enumerate(refine)]
     return [refine[n] for _, n in sorted(flagged)]
+
+
+def _axes(item: PlanItem) -> tuple[tuple, int, int] | None:
+    """(group, first axis, second axis) of a decode (batch, context) or prefill (chunk, cached prefix) item."""
+    w = item.workload
+    if not isinstance(w, AttentionWorkload) or w.phase not in ("decode", "prefill") or w.context_lens:
+        return None
+    if w.phase == "decode":
+        return ("decode", w.spec.key(), w.query_len), w.batch, w.context_len
+    return ("prefill", w.spec.key(), w.batch), w.query_len, w.context_len - w.query_len
+
+
+def _at(item: PlanItem, a: int, b: int, level: int) -> PlanItem:
+    w = item.workload
+    assert isinstance(w, AttentionWorkload)
+    if w.phase == "decode":
+        return PlanItem(dataclasses.replace(w, batch=a, context_len=b), level)
+    return PlanItem(dataclasses.replace(w, query_len=a, context_len=a + b), level)
+
+
+def _timings(records: Iterable[MeasurementRecord]) -> dict[str, dict[tuple[str, str], float]]:
+    out: dict[str, dict[tuple[str, str], float]] = defaultdict(dict)
+    for r in records:
+        if r.status == "ok" and r.stats is not None:
+            cur = out[r.workload_key].get((r.backend, r.tactic))
+            out[r.workload_key][(r.backend, r.tactic)] = min(cur or math.inf, r.stats.median_us)
+    return out
+
+
+def _crossed(p: dict[tuple[str, str], float], q: dict[tuple[str, str], float]) -> bool:
+    """Whether different candidates win at two neighbours and the choice between them matters at either."""
+    if not p or not q:
+        return False
+    wp, wq = min(p, key=p.__getitem__), min(q, key=q.__getitem__)
+    if wp == wq:
+        return False
+    return p.get(wq, math.inf) > NEAR_TIE * p[wp] or q.get(wp, math.inf) > NEAR_TIE * q[wq]
+
+
+def _middle(lo: int, hi: int) -> int | None:
+    """The point between two coordinates (geometric; a prefix of 0 counts as 1), if they are far enough apart."""
+    if max(lo, 1) * BISECT_FACTOR > hi:
+        return None
+    return round(math.sqrt(max(lo, 1) * hi))
+
+
+def bisections(
+    items: Sequence[PlanItem],
+    records: Iterable[MeasurementRecord],
+    fits: Callable[[PlanItem], bool] = lambda item: True,
+) -> list[PlanItem]:
+    """New items between measured neighbours that cross over (module docstring), not already among ``items``."""
+    timed = _timings(records)
+    groups: dict[tuple, dict[tuple[int, int], PlanItem]] = defaultdict(dict)
+    for item in items:
+        axes = _axes(item)
+        if axes is not None and item.key in timed:
+            groups[axes[0]][(axes[1], axes[2])] = item
+    known = {i.key for i in items}
+    new: dict[str, PlanItem] = {}
+    for points in groups.values():
+        for axis in (0, 1):
+            lines: dict[int, list[tuple[int, int]]] = defaultdict(list)
+            for coords in points:
+                lines[coords[1 - axis]].append(coords)
+            for line in lines.values():
+                line.sort(key=lambda c: c[axis])
+                for p, q in zip(line, line[1:]):
+                    mid = _middle(p[axis], q[axis])
+                    if mid is None or not _crossed(timed[points[p].key], timed[points[q].key]):
+                        continue
+                    coords = (mid, p[1]) if axis == 0 else (p[0], mid)
+                    item = _at(points[p], *coords, level=max(points[p].level, points[q].level) + 1)
+                    if item.key not in known and fits(item):
+                        new[item.key] = item
+    return list(new.values())

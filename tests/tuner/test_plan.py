@@ -296,3 +296,15 @@ def test_spec_options_shape_the_default_plan_and_are_refused_with_a_plan_file() 
         build_plan(None, ROOT / "examples" / "plan.toml", attention_overrides=dict(kv_cache_dtype="fp8", dcp_size=2))
     defaults = dict(kv_cache_dtype="auto", kv_layout="auto", dcp_size=1, block_size=None)
     assert build_plan(None, ROOT / "examples" / "plan.toml", attention_overrides=defaults).items
+
+
+def test_the_plan_reaches_the_edge_of_the_engines_range() -> None:
+    """Llama-2 serves 4096 tokens: decode is measured at 4096 (not only up to 2048, the grid's last point below
+    it), and each prefill chunk on the longest prefix the range allows (a short chunk on a long prefix is its own
+    regime, and beyond the measured range selection only extrapolates)."""
+    plan = plan_from_model(ROOT / "tests/data/models/llama-2-7b-hf.json", attention_overrides={"kv_layout": "NHD"})
+    decode = {(i.workload.batch, i.workload.context_len) for i in plan.items if i.workload.phase == "decode"}
+    prefill = {(i.workload.query_len, i.workload.context_len) for i in plan.items if i.workload.phase == "prefill"}
+    assert {(1, 4096), (64, 4096)} <= decode and max(c for _b, c in decode) == 4096
+    assert {(128, 4096), (512, 4096), (2048, 4096), (128, 128)} <= prefill
+    assert all(c <= 4096 for _q, c in prefill)

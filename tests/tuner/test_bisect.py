@@ -1,0 +1,76 @@
+"""The plan adapts (issue 17): points between measured neighbours whose winners differ are added, until every
+crossover that matters is located within BISECT_FACTOR; near-ties and agreeing neighbours add nothing."""
+
+from hwtune.core.records import LatencyStats, MeasurementRecord
+from hwtune.core.types import AttentionSpec, AttentionWorkload
+from hwtune.tuner.plan import PlanItem
+from hwtune.tuner.schedule import BISECT_FACTOR, bisections
+
+SPEC = AttentionSpec(32, 8, 128)
+
+
+def decode(batch: int, context: int) -> PlanItem:
+    return PlanItem(AttentionWorkload(SPEC, "decode", batch, context))
+
+
+def prefill(chunk: int, prefix: int) -> PlanItem:
+    return PlanItem(AttentionWorkload(SPEC, "prefill", 1, chunk + prefix, query_len=chunk))
+
+
+def timed(item: PlanItem, **latency: float) -> list[MeasurementRecord]:
+    w = item.workload
+    return [
+        MeasurementRecord(
+            "attention", w.to_dict(), w.key(), "FLASHINFER", t, "ok", stats=LatencyStats.from_samples([us])
+        )
+        for t, us in latency.items()
+    ]
+
+
+def locate(latency, points: list[PlanItem], rounds: int = 8) -> list[PlanItem]:
+    """Run bisection rounds as the tuner does, 'measuring' each new point with ``latency``."""
+    items, records = list(points), [r for p in points for r in timed(p, **latency(p))]
+    for _ in range(rounds):
+        new = bisections(items, records)
+        if not new:
+            return items
+        items += new
+        records += [r for p in new for r in timed(p, **latency(p))]
+    raise AssertionError("bisection did not stop")
+
+
+def test_a_context_crossover_is_located_within_the_factor() -> None:
+    """xqa wins up to 3000 tokens, fa2 above: between 512 and 32768 the crossover is found within 4x."""
+
+    def latency(p: PlanItem) -> dict[str, float]:
+        c = p.workload.context_len
+        return {"xqa": 10 + c / 100, "fa2": 25 + c / 200}
+
+    items = locate(latency, [decode(1, 512), decode(1, 32768)])
+    contexts = sorted(i.workload.context_len for i in items)
+    winners = {c: min(latency(decode(1, c)), key=latency(decode(1, c)).get) for c in contexts}
+    crossing = [(a, b) for a, b in zip(contexts, contexts[1:]) if winners[a] != winners[b]]
+    assert len(crossing) == 1 and crossing[0][1] < BISECT_FACTOR * crossing[0][0]
+    assert crossing[0][0] <= 3000 <= crossing[0][1]
+    assert {i.level for i in items} - {0} and max(i.level for i in items) >= 2
+
+
+def test_near_ties_and_agreeing_neighbours_add_nothing() -> None:
+    tie = [
+        r
+        for p, us in ((decode(1, 512), (10.0, 10.2)), (decode(1, 32768), (50.2, 50.0)))
+        for r in timed(p, xqa=us[0], fa2=us[1])
+    ]
+    assert bisections([decode(1, 512), decode(1, 32768)], tie) == []
+    same = timed(decode(1, 512), xqa=10.0, fa2=20.0) + timed(decode(1, 32768), xqa=50.0, fa2=90.0)
+    assert bisections([decode(1, 512), decode(1, 32768)], same) == []
+
+
+def test_prefill_is_bisected_along_the_cached_prefix_for_one_chunk() -> None:
+    """A 128-token chunk: fa3 wins on a short prefix, fa2-tc on a long one; the new point keeps the chunk."""
+    rec = timed(prefill(128, 0), fa3=10.0, **{"fa2-tc": 14.0}) + timed(
+        prefill(128, 32768), fa3=90.0, **{"fa2-tc": 40.0}
+    )
+    new = bisections([prefill(128, 0), prefill(128, 32768)], rec)
+    assert [(i.workload.query_len, i.workload.context_len - i.workload.query_len) for i in new] == [(128, 181)]
+    assert new[0].level == 1
