@@ -1,7 +1,8 @@
 """Validation for an engine target: can engine version X's backend serve this spec on this device?
 
 The rules are the engine version's own (its snapshot, ``hwtune.core.catalogue.engines``), worded as every other
-rejection. Where hwtune deliberately differs from the engine, it is stricter in one way only: a backend the
+rejection: a validating engine's (vLLM's) selector checks, or what a deciding engine (SGLang) accepts when a backend
+is given explicitly. Where hwtune deliberately differs from the engine, it is stricter in one way only: a backend the
 engine's selector accepts but which then fails when the engine starts or runs its first batch (the snapshot's
 ``start_checks``, each with the engine source that raises) is rejected up front, with a reason that says so.
 Packages of the record hwtune measures the backend by are checked as for hwtune's own catalogue.
@@ -18,6 +19,7 @@ from hwtune.core.catalogue.engines import (
     EngineReason,
     EngineTarget,
     engine_config,
+    explicit_reasons,
     selection_reasons,
     short_source,
     start_reasons,
@@ -78,11 +80,17 @@ def judge(
     *,
     assume_installed: bool,
 ) -> EngineVerdict:
-    """Engine version ``target``'s backend ``name`` (the engine's spelling) judged for ``spec`` on CUDA ``device``."""
+    """Engine version ``target``'s backend ``name`` (the engine's spelling) judged for ``spec`` on CUDA ``device``: by
+    a validating engine's selector rules, or, for a deciding engine (SGLang), by what it accepts when ``name`` is given
+    explicitly (its default is decided apart: ``decide``)."""
     snap, who = target.snapshot, f"{target.describe()}'s {name}"
-    refused = [_worded(r, spec, who) for r in selection_reasons(snap, target.version, name, cfg)]
+    if snap.selector == "decision":
+        reasons = explicit_reasons(snap, target.version, name, cfg)
+    else:
+        reasons = selection_reasons(snap, target.version, name, cfg)
+    refused = [_worded(r, spec, who) for r in reasons]
     deliberate = []
-    if not refused:
+    if not refused and snap.selector != "decision":
         for r in start_reasons(snap, target.version, name, cfg):
             deliberate.append(
                 Rejection(

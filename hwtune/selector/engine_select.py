@@ -5,7 +5,9 @@ A validating engine (vLLM) tries its priority list for the device and takes the 
 hwtune ranks the same list the same way, so with nothing measured its first choice is the engine's, except where
 hwtune deliberately differs: a backend the engine's selector accepts and which then fails at start is rejected up
 front (``hwtune.core.engine_validation``), and the Selection says so (``differences``, ``--explain``). A deciding
-engine (SGLang) picks its default from a decision list; hwtune gives that default.
+engine (SGLang) picks its default from a decision list; hwtune's candidates are that default first, then the other
+backends it accepts when given one by ``--attention-backend`` (the snapshot's ``explicit`` section), so that with
+nothing measured the choice is its default and measurements can rank the others.
 
 Measurements are of the records hwtune runs; an engine backend is ranked by the record it is built on
 (``catalogue.engine_record``: vLLM's FLASHINFER by FLASHINFER, SGLang's trtllm_mha by FLASHINFER's trtllm-gen
@@ -24,9 +26,14 @@ from hwtune.core.catalogue.engines import (
     EngineConfig,
     EngineTarget,
     decide,
+    engine_page_size,
+    explicit_order,
+    explicit_reasons,
+    hwtune_tactics,
     order,
     preferred_block_size,
     priorities_source,
+    serves,
     short_source,
 )
 from hwtune.core.devices import DeviceProfile
@@ -51,6 +58,11 @@ class EngineField:
     engine_choice: str | None
     differences: list[str] = field(default_factory=list)
     detail: str = ""
+    #: Per backend, where its static place comes from, where it differs from ``detail`` (SGLang's non-defaults).
+    details: dict[str, str] = field(default_factory=dict)
+    #: Notes on the engine's own choice, given when it is chosen (SGLang's default where hwtune's model of what
+    #: SGLang accepts by name would refuse it).
+    notes: list[str] = field(default_factory=list)
 
 
 def _hwtune_only(target: EngineTarget, mla: bool) -> dict[str, list[Rejection]]:
@@ -88,21 +100,38 @@ def engine_field(
 def _decision_field(
     target: EngineTarget, spec: AttentionSpec, device: DeviceProfile, cfg: EngineConfig, assume_installed: bool
 ) -> EngineField:
-    """A deciding engine's (SGLang's) candidates: its default for ``cfg``, or none when it refuses the spec."""
-    snap = target.snapshot
-    name, sources = decide(snap, target.version, cfg)
+    """A deciding engine's (SGLang's) candidates: its default for ``cfg`` first, then, in the snapshot's stated order,
+    the backends it accepts as themselves when given by ``--attention-backend``; none when it refuses the spec."""
+    snap, version = target.snapshot, target.version
+    name, sources = decide(snap, version, cfg)
     rejected = _hwtune_only(target, cfg.mla)
     if name is None:
-        vocab = ", ".join(snap.kv_cache_dtypes(target.version))
+        vocab = ", ".join(snap.kv_cache_dtypes(version))
         why = f"{target.describe()} does not accept kv-cache dtype {cfg.kv_cache_dtype} (its choices: {vocab})."
         rejected[f"{snap.display} default"] = [Rejection("kv_cache_dtype", why)]
         return EngineField(target, cfg, [], [], rejected, None)
-    mapped = catalogue.engine_record(target.engine, name, cfg.mla)
-    problems = _package_problems(mapped[0], device, assume_installed) if mapped else []
-    if problems:
-        rejected[name] = problems
+    names = [name] + [n for n in explicit_order(snap, version) if n != name and serves(snap, version, n, cfg)]
+    judged = {n: explicit_reasons(snap, version, n, cfg) for n in names}
+    for n in names:
+        mapped = catalogue.engine_record(target.engine, n, cfg.mla)
+        problems = _package_problems(mapped[0], device, assume_installed) if mapped else []
+        if n != name and judged[n]:
+            rejected[n] = [Rejection(r.code, r.message) for r in judged[n]]
+        elif problems:
+            rejected[n] = problems
+    valid = [n for n in names if n not in rejected]
+    scope = {c["id"] for c in snap.data.get("explicit", {}).get("scope", [])}
+    doubts = [r for r in judged[name] if r.check_id not in scope]
+    notes = []
+    if doubts:  # SGLang's own default, refused by the rules of what it accepts by name: said, not overruled
+        notes.append(
+            f"{name} is {target.describe()}'s default here, which hwtune gives as is; asked for by name, hwtune's "
+            f"model of what {target.describe()} accepts would refuse it: {doubts[0].message}"
+        )
     detail = f"{target.describe()}'s default here ({short_source(sources[-1])})"
-    return EngineField(target, cfg, [name], [] if problems else [name], rejected, name, [], detail)
+    others = f"accepted by {target.describe()} when given by --attention-backend (the snapshot's explicit order)"
+    details = {n: others for n in names[1:]}
+    return EngineField(target, cfg, names, valid, rejected, name, [], detail, details, notes)
 
 
 def _package_problems(record: Backend, device: DeviceProfile, assume_installed: bool) -> list[Rejection]:
@@ -126,20 +155,21 @@ def requested_name(target: EngineTarget, requested: str, mla: bool) -> str:
 
 
 def admit_request(fld: EngineField, requested: str | None) -> str | None:
-    """A deciding engine (SGLang) validates an explicitly requested backend itself, and hwtune's snapshot of it holds
-    its defaults only: a backend of its ``--attention-backend`` choices is taken as asked, with a note; None when the
-    request needs no admission (or is not one of the engine's)."""
+    """A deciding engine (SGLang) validates an explicitly requested backend itself: one of its ``--attention-backend``
+    choices that hwtune's snapshot does not model (``explicit.order``) is taken as asked, with a note; a modelled one
+    is valid or rejected by the snapshot's rules. None when the request needs no admission (or is not the engine's)."""
     snap = fld.target.snapshot
     vocab = snap.engine_fact("attention_backends", fld.target.version)
     if snap.selector != "decision" or requested is None or requested in fld.valid or vocab is None:
         return None
-    if requested not in vocab.value:
+    if requested not in vocab.value or requested in explicit_order(snap, fld.target.version):
         return None
     fld.valid.insert(0, requested)
     fld.rejected.pop(requested, None)
     return (
         f"{requested} taken as requested: {fld.target.describe()} validates an explicit --attention-backend itself "
-        f"(hwtune's snapshot of it holds its defaults; here {fld.engine_choice or 'none'})"
+        f"(hwtune's snapshot does not model what it accepts of {requested}; its default here: "
+        f"{fld.engine_choice or 'none'})"
     )
 
 
@@ -147,12 +177,16 @@ def tactics_for(
     target: EngineTarget, name: str, spec: AttentionSpec, device: DeviceProfile, assume_installed: bool
 ) -> dict[str, str]:
     """The tactic per phase hwtune would measure an engine backend by: the one the engine names (SGLang's
-    trtllm_mha), else the record's preferred valid tactic; "default" where hwtune runs no kernel of it."""
+    trtllm_mha), or the snapshot's (SGLang's flashinfer), else the record's preferred valid tactic; "default" where
+    hwtune runs no kernel of it."""
     from hwtune.selector.api import static_tactics
 
     mapped = catalogue.engine_record(target.engine, name, spec.use_mla)
     if mapped is None:
         return {"decode": "default", "prefill": "default"}
+    named = _snapshot_tactics(target, name, spec, device)
+    if named is not None:
+        return named
     record, tactic = mapped
     if tactic is not None:
         return {"decode": tactic, "prefill": tactic}
@@ -171,30 +205,45 @@ def static_ranking(
             backend=n,
             source="static",
             tactics=tactics_for(fld.target, n, spec, device, assume_installed),
-            detail=fld.detail,
+            detail=fld.details.get(n, fld.detail),
         )
         for n in fld.valid
     ]
 
 
+def _snapshot_tactics(
+    target: EngineTarget, name: str, spec: AttentionSpec, device: DeviceProfile
+) -> dict[str, str] | None:
+    """The record's tactic per phase that is the kernel the engine runs, where the snapshot names it."""
+    if device.compute_capability is None or target.snapshot.selector != "decision":
+        return None
+    cfg = config_for(target, spec, device, assume_installed=True)
+    return hwtune_tactics(target.snapshot, target.version, name, cfg)
+
+
 def renamed_evidence(ev: Evidence, fld: EngineField) -> Evidence:
     """The measurements of the records the engine's backends are built on, under the engine's names (a backend the
-    engine names one tactic of keeps that tactic's points only); records the engine does not offer drop out."""
+    engine names one tactic of keeps that tactic's points only, and one whose kernel per phase the snapshot names
+    keeps those points only); records the engine does not offer drop out."""
     out = Evidence(notes=list(ev.notes))
+    snap, version = fld.target.snapshot, fld.target.version
     for name in fld.names:
         mapped = catalogue.engine_record(fld.target.engine, name, fld.cfg.mla)
         if mapped is None:
             continue
         record, tactic = mapped
+        per_phase = hwtune_tactics(snap, version, name, fld.cfg) if snap.selector == "decision" else None
+        if per_phase is not None and "default" in per_phase.values():
+            continue  # a phase runs a kernel hwtune does not: the backend keeps its static place
         for (backend, tac, phase), points in ev.points.items():
-            if backend == record.name and tactic in (None, tac):
+            if backend != record.name:
+                continue
+            if (per_phase.get(phase) == tac) if per_phase is not None else tactic in (None, tac):
                 out.points[(name, tac, phase)] = points
-        failed = (
-            ev.disqualified.get(record.name)
-            if tactic is None
-            else ev.disqualified_by_tactic.get(record.name, {}).get(tactic)
-        )
-        if failed:  # a backend built on one tactic answers for that tactic's failures only
+        named = sorted(set(per_phase.values())) if per_phase else [tactic] if tactic is not None else []
+        by_tactic = ev.disqualified_by_tactic.get(record.name, {})
+        failed = ev.disqualified.get(record.name) if not named else [f for t in named for f in by_tactic.get(t, [])]
+        if failed:  # a backend built on some tactics answers for those tactics' failures only
             out.disqualified[name] = failed
         if record.name in ev.caveats:
             out.caveats[name] = ev.caveats[record.name]
@@ -204,15 +253,23 @@ def renamed_evidence(ev: Evidence, fld: EngineField) -> Evidence:
 def block_lookups(fld: EngineField, spec: AttentionSpec) -> list[tuple[AttentionSpec, set[str] | None]]:
     """Which stored specs hold the measurements of each candidate: the spec itself, or, when no block size was
     given, the spec at each backend's preferred block size (the size the engine will run it at), read for the
-    records of the backends that prefer it."""
-    if spec.block_size is not None or fld.target.snapshot.selector == "decision":
+    records of the backends that prefer it. A deciding engine (SGLang) runs some backends at a page size of its own
+    whether one is given or not (flashmla at 64): each is read at the size it runs at."""
+    snap, version = fld.target.snapshot, fld.target.version
+    decision = snap.selector == "decision"
+    if spec.block_size is not None and not decision:
         return [(spec, None)]
     by_size: dict[int, set[str]] = {}
     for name in fld.names:
         mapped = catalogue.engine_record(fld.target.engine, name, fld.cfg.mla)
         if mapped is not None:
-            size = preferred_block_size(fld.target.snapshot, fld.target.version, name, fld.cfg)
+            if decision:
+                size = engine_page_size(snap, version, name, fld.cfg)
+            else:
+                size = preferred_block_size(snap, version, name, fld.cfg)
             by_size.setdefault(size, set()).add(mapped[0].name)
+    if decision and set(by_size) <= {spec.block_size}:
+        return [(spec, None)]
     return [(dataclasses.replace(spec, block_size=size), records) for size, records in sorted(by_size.items())]
 
 
@@ -222,9 +279,16 @@ def engine_notes(fld: EngineField, chosen: str | None, measured: bool, requested
     snap, version = fld.target.snapshot, fld.target.version
     taken = snap.data["versions"][version].get("snapshot_taken", "?")
     notes = [f"backends, order and rules of {fld.target.describe()} (snapshot of {taken}; docs/engines.md)"]
+    notes += fld.notes if chosen == fld.engine_choice else []
     if chosen is not None and fld.cfg.block_size is None and snap.selector != "decision":
         size = preferred_block_size(snap, version, chosen, fld.cfg)
         notes.append(f"no block size given: {fld.target.describe()} runs {chosen} at block size {size}")
+    if chosen is not None and snap.selector == "decision" and chosen in fld.names:
+        size = engine_page_size(snap, version, chosen, fld.cfg)
+        default = int(snap.engine_fact("default_block_size", version).value)  # type: ignore[union-attr]
+        if size != (fld.cfg.block_size if fld.cfg.block_size is not None else default):
+            given = f"--page-size {fld.cfg.block_size}" if fld.cfg.block_size is not None else "no page size given"
+            notes.append(f"{fld.target.describe()} runs {chosen} at page size {size} ({given})")
     if not (measured or requested) and fld.engine_choice is not None and chosen != fld.engine_choice:
         engine, theirs = fld.target.describe(), fld.engine_choice
         reasons = fld.rejected.get(theirs, [])

@@ -3,8 +3,10 @@
 It reads the JSON files and does what the engine's selector does, literally: vLLM walks its priority list for the
 device and takes the first backend whose ``validate_configuration`` finds nothing (vllm/platforms/cuda.py
 get_attn_backend_cls); SGLang takes the first default whose condition holds, then applies its post-process
-rewrites. It knows nothing of hwtune's records, its wording, its deliberate differences or its measurements; the
-differential test compares hwtune's static choice with what this returns.
+rewrites, and accepts a backend given by ``--attention-backend`` when it serves the attention kind, no check of its
+own (nor of the explicit scope) refuses it at the page size SGLang runs it at, and no rewrite replaces it. It knows
+nothing of hwtune's records, its wording, its deliberate differences or its measurements; the differential test
+compares hwtune's static choice and valid set with what this returns.
 
 A configuration is a plain dict: cc (major, minor), mla, head_size, dtype, kv_cache_dtype, block_size (None: not
 given), num_heads, sinks, sliding_window, soft_cap, dcp, pcp, spec_decode, cp_interleave, qk_nope_head_dim,
@@ -50,17 +52,20 @@ def _derived(c: dict) -> dict:
         "cp_interleave_gt1": c["cp_interleave"] > 1,
         "mm_prefix": False,
         "asymmetric_kv": False,
+        "gqa": c["num_heads"] > c["num_kv_heads"],
     }
 
 
-def cond(when: dict | None, c: dict, backend: str | None = None, facts: dict | None = None) -> bool:
+def cond(
+    when: dict | None, c: dict, backend: str | None = None, facts: dict | None = None, page: int | None = None
+) -> bool:
     """Whether every key of ``when`` holds for configuration ``c`` (docs/engines.md lists the keys)."""
     d = _derived(c)
     for key, want in (when or {}).items():
         if key == "any":
-            ok = any(cond(w, c, backend, facts) for w in want)
+            ok = any(cond(w, c, backend, facts, page) for w in want)
         elif key == "not":
-            ok = not cond(want, c, backend, facts)
+            ok = not cond(want, c, backend, facts, page)
         elif key == "cc_major":
             ok = c["cc"][0] in want
         elif key == "cc":
@@ -71,6 +76,12 @@ def cond(when: dict | None, c: dict, backend: str | None = None, facts: dict | N
             ok = c["cc"] <= _cc(want)
         elif key == "kv_cache_dtype":
             ok = c["kv_cache_dtype"] in want
+        elif key == "dtype":
+            ok = c["dtype"] in want
+        elif key == "gqa_group_min":
+            ok = c["num_heads"] // c["num_kv_heads"] >= want
+        elif key == "page_size":
+            ok = page is not None and _ints(want, page)
         elif key == "head_size":
             ok = _ints(want, c["head_size"])
         elif key == "block_size":
@@ -167,3 +178,38 @@ def start_failures(snap: dict, version: str, name: str, c: dict) -> set[str]:
         and cond(k.get("when"), c, facts=values)
         and not cond(k["require"], c, facts=values)
     }
+
+
+def sglang_page_size(snap: dict, version: str, name: str, c: dict) -> int:
+    """The page size SGLang runs backend ``name`` at: the one given (else its default), unless its rule replaces it."""
+    given = c["block_size"] if c["block_size"] is not None else fact(snap["default_block_size"], version, c)
+    rule = fact(snap["backends"][name]["page_size"], version, c)
+    return given if rule == "given" else rule
+
+
+def sglang_accepts(snap: dict, version: str, name: str, c: dict) -> bool:
+    """Whether SGLang accepts backend ``name`` as itself when it is given by ``--attention-backend``."""
+    facts = snap["backends"][name]
+    if ("mla" if c["mla"] else "mha") not in fact(facts["serves"], version, c):
+        return False
+    if c["kv_cache_dtype"] not in fact(snap["kv_cache_dtypes"], version, c):
+        return False
+    page = sglang_page_size(snap, version, name, c)
+    checks = snap["explicit"]["scope"] + facts["accepts"]
+    for k in checks:
+        if version in k.get("versions", [version]) and cond(k.get("when"), c, page=page):
+            if not cond(k["require"], c, page=page):
+                return False
+    return not any(
+        version in r.get("versions", [version]) and cond(r["when"], c, backend=name) for r in snap.get("rewrites", [])
+    )
+
+
+def sglang_valid(snap: dict, version: str, c: dict) -> tuple[str | None, list[str]]:
+    """SGLang's default for ``c`` and, after it, every backend it accepts when given explicitly, in the snapshot's
+    stated order (the default is SGLang's choice, and first, whether or not it would accept it by name)."""
+    default = sglang_choice(snap, version, c)
+    if default is None:
+        return None, []
+    others = fact(snap["explicit"]["order"], version, c)
+    return default, [default] + [n for n in others if n != default and sglang_accepts(snap, version, n, c)]

@@ -177,6 +177,20 @@ def compare_vllm(c: dict, version: str, snap: dict, ids: dict[str, str], counts:
     return None
 
 
+def compare_sglang(c: dict, version: str, snap: dict, counts: Counter) -> str | None:
+    """One configuration against SGLang: the choice is its default, and the valid set is the default then every
+    backend it accepts when given explicitly, in the snapshot's order (``counts`` records how many it accepts)."""
+    choice, valid = oracle.sglang_valid(snap, version, c)
+    got = hwtune_selects(c, "sglang", version)
+    if got.backend != choice:
+        return f"hwtune chose {got.backend}, SGLang {version} {choice}, for {c}"
+    if got.ranked != valid:
+        return f"hwtune's valid set {got.ranked} is not SGLang {version}'s {valid} for {c}"
+    counts[f"valid {min(len(valid), 4)}{'+' if len(valid) >= 4 else ''}"] += 1
+    counts.update(f"accepts {n}" for n in valid[1:])
+    return None
+
+
 @pytest.mark.parametrize("engine, version", TARGETS, ids=[f"{e}-{v}" for e, v in TARGETS])
 def test_static_choice_agrees_with_the_engine(engine: str, version: str) -> None:
     snap = oracle.load(engine)
@@ -188,16 +202,21 @@ def test_static_choice_agrees_with_the_engine(engine: str, version: str) -> None
         if engine == "vllm":
             problem = compare_vllm(c, version, snap, ids, counts)
         else:
-            got, want = hwtune_selects(c, engine, version).backend, oracle.sglang_choice(snap, version, c)
-            problem = None if got == want else f"hwtune chose {got}, {engine} {version} {want}, for {c}"
+            problem = compare_sglang(c, version, snap, counts)
         if problem:
             problems.append(problem)
     differs = counts.pop("choice differs", 0)
-    print(
-        f"\n{engine} {version}: {len(grid)} configurations; same choice in {len(grid) - differs - len(problems)}; "
-        f"{differs} choices differ on purpose; backends dropped on purpose, by difference: {dict(counts)}"
-    )
+    head = f"\n{engine} {version}: {len(grid)} configurations; same choice in {len(grid) - differs - len(problems)}; "
+    if engine == "vllm":
+        print(f"{head}{differs} choices differ on purpose; backends dropped on purpose, by difference: {dict(counts)}")
+    else:
+        sizes = {k[len("valid ") :]: v for k, v in sorted(counts.items()) if k.startswith("valid ")}
+        accepted = {k[len("accepts ") :]: v for k, v in counts.most_common() if k.startswith("accepts ")}
+        print(f"{head}valid-set sizes (default included): {sizes}; accepted besides the default: {accepted}")
     assert not problems, f"{len(problems)} disagreements, first: {problems[:3]}"
     if engine == "vllm":
         unseen = set(ids.values()) - set(counts)
         assert not unseen, f"listed differences the grid never exercises: {unseen}"
+    else:  # every modelled backend is accepted somewhere in the grid, and the grid exercises choice among several
+        unseen = set(oracle.load(engine)["explicit"]["order"]["value"]) - {k[len("accepts ") :] for k in counts}
+        assert not unseen and counts["valid 2"] + counts["valid 3"] + counts["valid 4+"] > 300, (unseen, counts)

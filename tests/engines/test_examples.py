@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 import hwtune
-from hwtune import AttentionSpec, NoValidBackendError
+from hwtune import AttentionSpec, BackendNotValidError, NoValidBackendError
 from hwtune.cli.main import app
 from hwtune.core.devices import simulated
 from hwtune.core.environment import current_environment
@@ -195,11 +195,20 @@ def test_a_requested_backend_is_not_reported_as_a_difference() -> None:
     assert sel.backend == "FLASHINFER" and not any("differs from vLLM" in n for n in sel.notes)
 
 
-def test_sglang_takes_a_requested_backend_of_its_choices_and_says_it_validates_it() -> None:
+def test_sglang_takes_a_requested_backend_it_accepts_and_refuses_one_it_does_not() -> None:
+    """flashmla is one of SGLang's accepted MLA backends on Hopper; trtllm_mla needs Blackwell (SGLang raises); a
+    choice hwtune does not model (dsa) is taken as asked, saying that SGLang validates it itself."""
     sel = select(DEEPSEEK, "h100", engine="sglang", backend="flashmla")
     assert sel.backend == "flashmla" and sel.to_sglang_args() == ["--attention-backend", "flashmla"]
-    assert any("SGLang 0.5.23 validates an explicit --attention-backend itself" in n for n in sel.notes)
+    assert "SGLang 0.5.23 runs flashmla at page size 64 (no page size given)" in sel.notes
     assert select(DEEPSEEK, "h100", engine="sglang").backend == "fa3"  # its default for MLA on Hopper
+    with pytest.raises(
+        BackendNotValidError, match="trtllm_mla needs Blackwell, SM 10.x or 12.x; this device is SM 9.0"
+    ):
+        select(DEEPSEEK, "h100", engine="sglang", backend="trtllm_mla")
+    sel = select(DEEPSEEK, "h100", engine="sglang", backend="dsa")
+    assert sel.backend == "dsa"
+    assert any("SGLang 0.5.23 validates an explicit --attention-backend itself" in n for n in sel.notes)
 
 
 def test_hwtunes_own_kernels_have_no_engine_flag() -> None:
@@ -210,17 +219,24 @@ def test_hwtunes_own_kernels_have_no_engine_flag() -> None:
         sel.to_vllm_args()
 
 
-def test_sglang_backends_are_ranked_by_the_tactic_they_name(tmp_path) -> None:
-    """SGLang's trtllm_mha is FLASHINFER's trtllm-gen tactic: its cost is trtllm-gen's, not another tactic's."""
+def test_sglang_backends_are_ranked_by_the_kernels_they_run(tmp_path) -> None:
+    """SGLang's trtllm_mha is FLASHINFER's trtllm-gen tactic and its flashinfer is FLASHINFER's fa2 wrappers (tensor
+    cores for a GQA group of 4): each is costed by its own kernel's points, never by another tactic's (xqa here is
+    the fastest and runs in neither)."""
     url = f"sqlite:///{tmp_path / 's.db'}"
     spec = AttentionSpec(32, 8, 128)
     with Store.open(url) as s:
         s.write(
-            _grid(spec, "FLASHINFER", 20.0, "trtllm-gen", "b200") + _grid(spec, "FLASHINFER", 2.0, "fa2-tc", "b200")
+            _grid(spec, "FLASHINFER", 20.0, "trtllm-gen", "b200")
+            + _grid(spec, "FLASHINFER", 5.0, "fa2-tc", "b200")
+            + _grid(spec, "FLASHINFER", 1.0, "xqa", "b200")
         )
     _cached.cache_clear()
     sel = hwtune.select_attention(spec, device="b200", assume_installed=True, db=url, engine="sglang")
     vllm = hwtune.select_attention(spec, device="b200", assume_installed=True, db=url)
     _cached.cache_clear()
-    assert sel.backend == "trtllm_mha" and sel.ranked[0].latency_us == pytest.approx(20.0)
-    assert vllm.backend == "FLASHINFER" and vllm.ranked[0].latency_us == pytest.approx(2.0)  # vLLM: any tactic
+    costs = {r.backend: r.latency_us for r in sel.ranked if r.source != "static"}
+    assert costs == {"flashinfer": pytest.approx(5.0), "trtllm_mha": pytest.approx(20.0)}
+    assert sel.backend == "flashinfer" and sel.ranked[0].tactics == {"decode": "fa2-tc", "prefill": "fa2-tc"}
+    assert sel.to_sglang_args()[:2] == ["--attention-backend", "flashinfer"]
+    assert vllm.backend == "FLASHINFER" and vllm.ranked[0].latency_us == pytest.approx(1.0)  # vLLM: any tactic

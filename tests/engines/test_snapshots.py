@@ -189,3 +189,70 @@ def test_literal_lists_match_the_wheel() -> None:
                 assert set(found) == set(clause["value"]), f"{version} {name}.{key}: wheel {found}"
                 checked += 1
     assert checked >= 10
+
+
+def _not_in_lists(tree: ast.Module, function: str) -> list[list]:
+    """The literal lists of ``x not in [...]`` tests in ``function``, in source order."""
+    node = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function)
+    found = []
+    for cmp in sorted((n for n in ast.walk(node) if isinstance(n, ast.Compare)), key=lambda n: n.lineno):
+        for op, right in zip(cmp.ops, cmp.comparators):
+            if isinstance(op, ast.NotIn) and isinstance(right, ast.List):
+                found.append([ast.literal_eval(e) for e in right.elts])
+    return found
+
+
+def test_sglang_explicit_lists_match_the_wheel() -> None:
+    """The literal lists SGLang's resolution passes test an explicitly given backend against are the snapshot's:
+    kv-cache dtypes of trtllm_mla and cutedsl_mla, the page sizes each keeps (else 64), fa4's page 128 and flashmla's
+    64, and the explicit order's names are --attention-backend choices, in their order after the decision list's."""
+    data = oracle.load("sglang")
+    backends = data["backends"]
+
+    def require(name: str, check_id: str):
+        return next(c for c in backends[name]["accepts"] if c["id"] == check_id)["require"]
+
+    def kept(name: str) -> list:
+        return next(c for c in backends[name]["page_size"] if c.get("value") == "given")["when"]["block_size"]["values"]
+
+    for version, root in _roots("sglang"):
+        overrides = (root / "sglang/srt/arg_groups/overrides.py").read_text()
+        tree = ast.parse(overrides)
+        assert _not_in_lists(tree, "_mla_kv_cache_dtype_checks") == [
+            require("trtllm_mla", "trtllm-mla-kv-cache")["kv_cache_dtype"]
+        ], version
+        assert _not_in_lists(tree, "_cutedsl_prefill_backend_fill") == [
+            require("cutedsl_mla", "cutedsl-mla-kv-cache")["kv_cache_dtype"]
+        ], version
+        assert _not_in_lists(tree, "_mla_backend_page_constraints") == [
+            kept("trtllm_mla"),
+            kept("cutedsl_mla"),
+            kept("trtllm_mha"),
+        ], version
+        for name in ("trtllm_mla", "cutedsl_mla", "trtllm_mha"):
+            assert backends[name]["page_size"][-1]["value"] == 64  # 'changing page_size ... to 64'
+        page_constraints = ast.get_source_segment(
+            overrides,
+            next(
+                n
+                for n in ast.walk(tree)
+                if isinstance(n, ast.FunctionDef) and n.name == "_mla_backend_page_constraints"
+            ),
+        )
+        assert (
+            "FlashMLA only supports a page_size of 64" in page_constraints
+            and backends["flashmla"]["page_size"]["value"] == 64
+        )
+        fa4 = ast.get_source_segment(
+            overrides,
+            next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_fa4_page_constraint"),
+        )
+        assert '{"page_size": 128}' in fa4 and backends["fa4"]["page_size"][0]["value"] == 128
+        choices = ast.parse((root / "sglang/srt/arg_groups/choices.py").read_text())
+        listed = next(
+            [ast.literal_eval(e) for e in n.value.elts]
+            for n in ast.walk(choices)
+            if isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "ATTENTION_BACKEND_CHOICES" for t in n.targets)
+        )
+        assert listed == data["attention_backends"]["value"], version

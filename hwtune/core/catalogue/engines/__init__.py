@@ -1,11 +1,11 @@
 """The engines hwtune configures, version by version: dated snapshots of their attention selectors.
 
 ``vllm.json`` and ``sglang.json`` beside this module hold, for each supported engine version, what its selector
-does: the priority list per device family (vLLM) or the decision list (SGLang), and every backend's compute
-capabilities, dtypes, kv-cache dtypes, head sizes, kernel block sizes and features, each with the engine file
-and function that states it (docs/engines.md says how a snapshot is taken and refreshed). Selection for an
-engine target takes its backends, order and rules from here; hwtune's catalogue records add what hwtune itself
-measures and runs.
+does: the priority list per device family (vLLM) or the decision list (SGLang, with what it accepts when a backend
+is given explicitly), and every backend's compute capabilities, dtypes, kv-cache dtypes, head sizes, kernel block
+sizes and features, each with the engine file and function that states it (docs/engines.md says how a snapshot is
+taken and refreshed). Selection for an engine target takes its backends, order and rules from here; hwtune's
+catalogue records add what hwtune itself measures and runs.
 """
 
 from __future__ import annotations
@@ -18,10 +18,15 @@ from hwtune.core.catalogue.engines.conditions import EngineConfig
 from hwtune.core.catalogue.engines.evaluate import (
     EngineReason,
     decide,
+    engine_page_size,
+    explicit_order,
+    explicit_reasons,
+    hwtune_tactics,
     order,
     preferred_block_size,
     priorities_source,
     selection_reasons,
+    serves,
     short_source,
     start_reasons,
 )
@@ -116,12 +121,17 @@ __all__ = [
     "Snapshot",
     "decide",
     "engine_config",
+    "engine_page_size",
+    "explicit_order",
+    "explicit_reasons",
+    "hwtune_tactics",
     "known_kv_cache_dtypes",
     "order",
     "preferred_block_size",
     "priorities_source",
     "resolve_target",
     "selection_reasons",
+    "serves",
     "short_source",
     "snapshot",
     "start_reasons",

@@ -27,6 +27,7 @@ _BOOL_KEYS = (
     "kv_quantized",
     "cp_interleave_gt1",
     "asymmetric_kv",
+    "gqa",
 )
 _DIMS = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
@@ -69,6 +70,11 @@ class EngineConfig:
     def block_size_given(self) -> bool:
         """Whether the user gave a block (page) size; engines pick each backend's preferred size otherwise."""
         return self.block_size is not None
+
+    @property
+    def gqa(self) -> bool:
+        """Whether several query heads share a KV head (grouped-query attention)."""
+        return self.num_heads > self.num_kv_heads
 
     @property
     def cp(self) -> bool:
@@ -115,7 +121,8 @@ def parse_cc(text: str) -> tuple[int, int]:
 def holds(cond: Mapping[str, Any] | None, cfg: EngineConfig, extra: Mapping[str, Any] | None = None) -> bool:
     """Whether every key of ``cond`` holds for ``cfg`` (None or {} always holds). ``extra`` supplies keys that are
     not configuration fields: ``backend`` (the engine's current choice) and ``facts`` (the backend's facts, for
-    ``backend_fact``). An unknown key raises ValueError, so a typo in a snapshot cannot pass silently."""
+    ``backend_fact``), and ``page_size`` (the page size the engine runs the backend at, for ``page_size`` rules).
+    An unknown key raises ValueError, so a typo in a snapshot cannot pass silently."""
     return all(_one(key, want, cfg, extra or {}) for key, want in (cond or {}).items())
 
 
@@ -136,12 +143,19 @@ def _one(key: str, want: Any, cfg: EngineConfig, extra: Mapping[str, Any]) -> bo
         return cfg.cc <= parse_cc(want)
     if key == "kv_cache_dtype":
         return cfg.kv_cache_dtype in want
+    if key == "dtype":
+        return cfg.dtype in want
     if key == "head_size":
         return int_rule_allows(want, cfg.head_size)
     if key == "block_size":
         return cfg.block_size is not None and int_rule_allows(want, cfg.block_size)
     if key == "num_heads_max":
         return cfg.num_heads <= int(want)
+    if key == "gqa_group_min":
+        return cfg.num_heads // max(cfg.num_kv_heads, 1) >= int(want)
+    if key == "page_size":
+        size = extra.get("page_size")
+        return size is not None and int_rule_allows(want, int(size))
     if key in _DIMS:
         value = getattr(cfg, key)
         return value is None or value in want

@@ -45,6 +45,8 @@ def _value(key: str, value: Any) -> str:
         return " or ".join(f"SM {lo} to {hi}" for lo, hi in value)
     if key == "kernel_block_sizes":
         return ", ".join(f"multiples of {s['multiple_of']}" if isinstance(s, dict) else str(s) for s in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items())
     if isinstance(value, list):
         return ", ".join(str(v) if not isinstance(v, dict) else f"{v['name']} (when {_when(v['when'])})" for v in value)
     return str(value).lower() if isinstance(value, bool) else str(value)
@@ -93,7 +95,51 @@ def _engine(snap: Snapshot) -> list[str]:
     for name, facts in data.get("backends", {}).items():
         if snap.selector == "priority":
             lines += _backend(snap, name, facts)
+    if "explicit" in data:
+        lines += _explicit(snap)
     return lines
+
+
+def _explicit(snap: Snapshot) -> list[str]:
+    """A deciding engine's (SGLang's) backends as it accepts them when given explicitly: order, scope, and each
+    backend's kinds, page-size rule, the hwtune tactics it runs, and checks."""
+    data = snap.data
+    order = data["explicit"]["order"]
+    lines = [
+        f"Accepted when given by --attention-backend (in this order after the default): {', '.join(order['value'])} "
+        f"({order['source']}).",
+        "",
+        "| scope | versions | when | requires | source |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for check in data["explicit"]["scope"]:
+        lines.append(_check_row(f"`{check['id']}`", check))
+    lines.append("")
+    for name in order["value"]:
+        facts = data["backends"][name]
+        lines += [
+            f"#### {snap.display} {name}",
+            "",
+            "| fact | versions | when | value | source |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for key in ("summary", "serves", "decode_only", "page_size", "hwtune_tactics"):
+            for clause in (
+                facts.get(key, []) if isinstance(facts.get(key), list) else [facts[key]] if key in facts else []
+            ):
+                lines.append(_row(key, clause))
+        for check in facts.get("accepts", []):
+            lines.append(_check_row(f"accepts `{check['id']}`", check))
+        lines.append("")
+    return lines
+
+
+def _check_row(label: str, check: dict) -> str:
+    versions = ", ".join(check.get("versions", [])) or "all"
+    return (
+        f"| {label} | {versions} | {_when(check.get('when'))} | requires {_when(check['require'])}: {check['reason']} "
+        f"| {check['source']} |"
+    )
 
 
 def engines_markdown() -> str:

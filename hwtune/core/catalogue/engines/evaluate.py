@@ -229,3 +229,78 @@ def decide(snap: Snapshot, version: str, cfg: EngineConfig) -> tuple[str | None,
         ):
             name, sources = rewrite["value"], sources + [rewrite["source"]]
     return name, sources
+
+
+# --- a deciding engine (SGLang): which backends it accepts when one is given explicitly -------------------------
+
+
+def explicit_order(snap: Snapshot, version: str) -> list[str]:
+    """The backends whose explicit acceptance the snapshot models, in its stated order (``explicit.order``)."""
+    clause = snap.resolve(snap.data.get("explicit", {}).get("order", []), version, None)
+    return list(clause.value) if clause else []
+
+
+def serves(snap: Snapshot, version: str, name: str, cfg: EngineConfig) -> bool:
+    """Whether backend ``name`` serves this kind of attention (dense or MLA) at all."""
+    clause = snap.fact(name, "serves", version, cfg)
+    return clause is not None and ("mla" if cfg.mla else "mha") in clause.value
+
+
+def engine_page_size(snap: Snapshot, version: str, name: str, cfg: EngineConfig) -> int:
+    """The page (block) size a deciding engine runs backend ``name`` at: the one given, else the engine's default,
+    unless its page-size rule for the backend replaces it."""
+    given = cfg.block_size
+    if given is None:
+        given = int(snap.engine_fact("default_block_size", version).value)  # type: ignore[union-attr]
+    clause = snap.fact(name, "page_size", version, cfg)
+    return given if clause is None or clause.value == "given" else int(clause.value)
+
+
+def hwtune_tactics(snap: Snapshot, version: str, name: str, cfg: EngineConfig) -> dict[str, str] | None:
+    """The tactic per phase of the hwtune record that is the kernel the engine runs for ``name``, where the snapshot
+    names it (SGLang's flashinfer: fa2 or fa2-tc); None where it does not."""
+    clause = snap.fact(name, "hwtune_tactics", version, cfg)
+    return dict(clause.value) if clause else None
+
+
+def _words(cfg: EngineConfig, page_size: int | None) -> dict[str, object]:
+    return {
+        "cc": f"{cfg.cc[0]}.{cfg.cc[1]}",
+        "head_size": cfg.head_size,
+        "dtype": cfg.dtype,
+        "kv_cache_dtype": cfg.kv_cache_dtype,
+        "page_size": page_size,
+    }
+
+
+def explicit_reasons(snap: Snapshot, version: str, name: str, cfg: EngineConfig) -> list[EngineReason]:
+    """Every reason the deciding engine version does not accept backend ``name`` as itself for ``cfg`` when it is
+    given explicitly (empty: accepted): outside the snapshot's scope, rewritten to another backend, or refused by
+    one of its checks."""
+    who = f"{snap.describe(version)}'s {name}"
+    if name not in explicit_order(snap, version):
+        return [EngineReason("engine", f"hwtune's snapshot does not model {who} (docs/engines.md).", "")]
+    if not serves(snap, version, name, cfg):
+        kind = "MLA" if cfg.mla else "dense attention"
+        return [EngineReason("mla", f"{who} does not serve {kind}.", _src(snap.fact(name, "serves", version, cfg)))]
+    if cfg.kv_cache_dtype not in snap.kv_cache_dtypes(version):
+        vocab = snap.engine_fact("kv_cache_dtypes", version)
+        text = f"{snap.describe(version)} has no kv-cache dtype {cfg.kv_cache_dtype}."
+        return [EngineReason("kv_cache_dtype", text, _src(vocab))]
+    size = engine_page_size(snap, version, name, cfg)
+    words, extra = _words(cfg, size), {"page_size": size}
+    out = []
+    for check in _applicable(snap.data.get("explicit", {}).get("scope", []), version) + _applicable(
+        (snap.backend(name) or {}).get("accepts", []), version
+    ):
+        if holds(check.get("when"), cfg, extra) and not holds(check["require"], cfg, extra):
+            text = f"{who} {check['reason'].format(**words)}."
+            out.append(EngineReason("engine_check", text, check["source"], check["id"]))
+    for rewrite in _applicable(snap.data.get("rewrites", []), version):
+        if holds(rewrite["when"], cfg, {"backend": name}):
+            text = (
+                f"{who} does not run as itself here: {snap.describe(version)} replaces it with {rewrite['value']} "
+                f"({short_source(rewrite['source'])})."
+            )
+            out.append(EngineReason("engine_rewrite", text, rewrite["source"]))
+    return out
