@@ -37,7 +37,11 @@ from hwtune.tuner.plan import Plan, PlanItem, plan_from_model  # noqa: E402
 
 MODEL = Path(__file__).resolve().parents[1] / "tests" / "data" / "models" / "llama-3.1-8b.json"
 BACKENDS = ("FLASHINFER", "HWTUNE_TRITON_ATTN:auto")
+#: MLA models (--backends default): FlashInfer's MLA wrapper and hwtune's Triton MLA kernel.
+MLA_BACKENDS = ("FLASHINFER_FA_MLA", "HWTUNE_TRITON_MLA:auto")
 FI_AUTO = {"decode": ("FLASHINFER", "fa2"), "prefill": ("FLASHINFER", "fa3")}
+#: FlashInfer's MLA wrapper with backend="auto" takes fa3 on SM 9.0 (flashinfer/utils.py determine_mla_backend).
+FI_AUTO_MLA = {"decode": ("FLASHINFER_FA_MLA", "fa3"), "prefill": ("FLASHINFER_FA_MLA", "fa3")}
 
 
 def _within(values: tuple[int, ...], limit: int) -> list[int]:
@@ -159,7 +163,7 @@ def score(out: Path, spec, device: str = "auto") -> dict:  # noqa: ANN001
                 else dict(next(r.tactics for r in sel.ranked if r.backend == sel.per_phase[phase]))[phase],
             ),
             "static": (static.backend, static.tactics[phase]),
-            "flashinfer_auto": FI_AUTO[phase],
+            "flashinfer_auto": (FI_AUTO_MLA if spec.use_mla else FI_AUTO)[phase],
         }
         row = {
             "phase": phase,
@@ -261,7 +265,9 @@ def measure_model(cfg: Path, tp: int, out: Path, steps: set[str], args: argparse
     from hwtune.core.detect import detect
 
     profile = detect()
-    backends = None if args.backends == "all" else tuple(args.backends.split(","))
+    mla = attention_spec(load_model_config(cfg), tp).use_mla
+    chosen = args.backends or ",".join(MLA_BACKENDS if mla else BACKENDS)
+    backends = None if chosen == "all" else tuple(chosen.split(","))
     overrides = {"kv_layout": args.kv_layout}
     result["device"] = profile.describe()
     if "quick" in steps:
@@ -301,7 +307,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--model", action="append", help="config.json[:TP]; repeat for several models")
-    p.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated, or 'all'")
+    p.add_argument(
+        "--backends", default=None, help="comma-separated, or 'all' (default: FlashInfer and hwtune's Triton kernel)"
+    )
     p.add_argument("--kv-layout", default="NHD", help="the layout tuned and scored (NHD, HND or auto)")
     p.add_argument("--oracle-time-cap", type=float, default=1.0, help="seconds of timing per oracle candidate")
     p.add_argument(

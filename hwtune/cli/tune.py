@@ -180,13 +180,26 @@ def tune(
         return
     if device == "auto" and not profile.is_cuda and not json_out:
         console.print("no CUDA GPU: measuring CPU backends; use --device to plan for a GPU (with --dry-run)")
+    _measure(plan, profile, opts, db, json_out, model, tp)
+
+
+def _measure(
+    plan: Plan,
+    profile: DeviceProfile,
+    opts: TuneOptions,
+    db: Optional[str],
+    json_out: bool,
+    model,
+    tp: int,  # noqa: ANN001
+) -> None:
+    """Run the plan, report it, and exit non-zero when nothing was measured or the run was interrupted."""
     report, records = _run(plan, profile, opts, db, json_out)
     _print_report(report, records, json_out)
     if not json_out:
         _print_next_steps(plan, db, model, tp)
     if report.measured_nothing:
         _fail_measured_nothing(records, profile)
-    if report.state == "interrupted" and not budget:
+    if report.state == "interrupted" and opts.budget_s is None:
         raise typer.Exit(130)
 
 

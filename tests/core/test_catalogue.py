@@ -35,6 +35,9 @@ def test_names_match_the_engines() -> None:
         "TRITON_MLA",
         "CUTLASS_MLA",
         "FLASHMLA",
+        "FLASHINFER_FA_MLA",
+        "HWTUNE_TRITON_MLA",
+        "HWTUNE_TORCH_MLA",
     ]
     assert sorted(catalogue.names("all2all")) == sorted(
         [

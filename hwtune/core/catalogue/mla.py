@@ -1,23 +1,31 @@
-"""MLA attention backends (DeepSeek-style latent attention), named as vLLM names them.
+"""MLA attention backends (DeepSeek-style latent attention): vLLM's, named as vLLM names them, and the ones hwtune
+runs itself.
 
 All of them read a latent cache of width kv_lora_rank + qk_rope_head_dim = 576 with one KV head
 (vllm model_executor/layers/attention/mla_attention.py MLACommonBackend.get_supported_head_sizes -> [576]).
 The places below are hwtune's own order, used when no engine is targeted (``--engine none``); for an engine
 target the order, the backends and their rules are the engine version's (its snapshot in
 hwtune/core/catalogue/engines: vLLM 0.33.0 also tries FLASH_ATTN_MLA and TOKENSPEED_MLA, and on SM 12.x
-TRITON_MLA first). hwtune does not run these kernels itself (they ship inside vLLM and FlashInfer); measurements
-imported into the store rank them.
+TRITON_MLA first). The KV block sizes a kernel accepts are part of every record (vLLM 0.33.0's
+``get_supported_kernel_block_sizes`` where the record mirrors a vLLM backend): block size is part of the choice.
+
+FLASHINFER_MLA, TRITON_MLA, CUTLASS_MLA and FLASHMLA ship inside vLLM (and FlashInfer): hwtune does not run them;
+measurements imported into the store rank them. hwtune measures three MLA records itself (docs/probes.md, "MLA"):
+FLASHINFER_FA_MLA (FlashInfer's BatchMLAPagedAttentionWrapper, fa2/fa3: SGLang's flashinfer MLA backend; vLLM
+has no dense backend on it), HWTUNE_TRITON_MLA (hwtune's own Triton kernel, docs/kernels.md; no engine can load it)
+and HWTUNE_TORCH_MLA (absorbed MLA in PyTorch ops, the CPU path).
 """
 
 from __future__ import annotations
 
-from hwtune.core.catalogue.attention import FLASHINFER_PKG, sglang, vllm
+from hwtune.core.catalogue.attention import FLASHINFER_PKG, PROBES, hwtune_kernel, sglang, vllm
 from hwtune.core.catalogue.base import (
     AttentionRules,
     Backend,
     CCRange,
     EngineFlags,
     Feature,
+    Probe,
     Tactic,
     fs,
     ints,
@@ -27,7 +35,8 @@ from hwtune.core.catalogue.base import (
 from hwtune.core.packages import PackageRequirement
 
 F = Feature
-MLA = "vllm v1/attention/backends/mla"
+MLA = "vllm 0.33.0 v1/attention/backends/mla"
+FI_MLA = "flashinfer 0.6.18 flashinfer/mla/_core.py BatchMLAPagedAttentionWrapper"
 BOTH = fs("decode", "prefill")
 CUDA = fs("cuda")
 FP16_BF16 = fs("float16", "bfloat16")
@@ -94,7 +103,9 @@ FLASHINFER_MLA = _mla(
         "packages": "flashinfer-python + vllm",
     },
     order=dict(blackwell=0, others=1),
-    sglang_flags=sglang("flashinfer"),
+    # SGLang's trtllm-gen MLA backend (sglang/srt/layers/attention/trtllm_mla_backend.py); its "flashinfer" MLA
+    # backend is BatchMLAPagedAttentionWrapper, FLASHINFER_FA_MLA below
+    sglang_flags=sglang("trtllm_mla"),
 )
 
 CUTLASS_MLA = _mla(
@@ -173,7 +184,8 @@ TRITON_MLA = _mla(
     {
         "compute_capabilities": f"{MLA}/triton_mla.py supports_compute_capability -> True (bf16 needs SM 8.0)",
         "kv_cache_dtypes": "vllm docs/design/attention_backends.md MLA table (TRITON_MLA)",
-        "block_sizes": "vllm docs/design/attention_backends.md MLA table: %16",
+        "block_sizes": f"{MLA}/triton_mla.py get_supported_kernel_block_sizes -> [MultipleOf(16)]; "
+        "supports_block_size: block_size % 16 == 0",
         "features": f"{MLA}/triton_mla.py can_return_lse_for_decode=True; SINGLE_ONLY query length; "
         "no cudagraph support declared" + _PCP,
         "packages": "vllm + triton",
@@ -182,4 +194,185 @@ TRITON_MLA = _mla(
     sglang_flags=EngineFlags(missing="SGLang's triton MLA backend is SGLang's own kernel, not vLLM's TRITON_MLA"),
 )
 
-MLA_BACKENDS: tuple[Backend, ...] = (FLASHINFER_MLA, TRITON_MLA, CUTLASS_MLA, FLASHMLA)
+# --- measured by hwtune ------------------------------------------------------------------------------------------
+_MLA_MEASURED_FEATURES = fs(F.MLA, F.DECODE_LSE, F.SPEC_DECODE, F.CUDA_GRAPHS, F.PCP)
+#: PCP is the MLA layer's, not the decode kernel's: an engine runs it with any MLA decode kernel that returns the LSE.
+_PCP_LAYER = (
+    "; PCP: as every vLLM MLA impl (vllm 0.33.0 v1/attention/backend.py MLAAttentionImpl.supports_pcp = True): the "
+    "MLA layer's prefill and LSE merge, nothing of the decode kernel's own"
+)
+KV_16BIT = fs("auto", "float16", "bfloat16")
+
+FLASHINFER_FA_MLA = Backend(
+    name="FLASHINFER_FA_MLA",
+    kind="attention",
+    probe=Probe(f"{PROBES}.mla_flashinfer:FlashInferMlaCandidate", ("flashinfer",)),
+    engines={
+        "vllm": EngineFlags(
+            missing="vLLM 0.33.0 has no dense MLA backend on FlashInfer's BatchMLAPagedAttentionWrapper (its "
+            "FLASHINFER_MLA is trtllm-gen on SM 10.x; only the sparse FLASHINFER_MLA_SPARSE_SM90 wraps it)"
+        ),
+        "sglang": sglang("flashinfer"),
+    },
+    priority=priority(blackwell=4, others=4),
+    # FlashInfer's own backend="auto": fa3 on SM 9.0a, else fa2 (flashinfer/utils.py determine_mla_backend)
+    tactic_order={
+        "ampere_hopper": {"decode": ("fa3", "fa2"), "prefill": ("fa3", "fa2")},
+        "blackwell": {"decode": ("fa2",), "prefill": ("fa2",)},
+    },
+    quick=True,
+    summary="FlashInfer's paged MLA wrapper (BatchMLAPagedAttentionWrapper; SGLang's flashinfer MLA backend), not "
+    "vLLM's FLASHINFER_MLA (trtllm-gen)",
+    rules=AttentionRules(
+        device_types=CUDA,
+        compute_capabilities=(CCRange((8, 0)),),
+        dtypes=FP16_BF16,
+        kv_cache_dtypes=fs("auto", "float16", "bfloat16", "fp8_e4m3"),
+        head_sizes=LATENT,
+        block_sizes=multiple_of(1, 1, 256),
+        kv_layouts=fs("NHD"),
+        gqa_groups=multiple_of(1),
+        features=_MLA_MEASURED_FEATURES,
+    ),
+    packages=(FLASHINFER_PKG,),
+    tactics=(
+        Tactic(
+            "fa2",
+            BOTH,
+            AttentionRules(kv_cache_dtypes=KV_16BIT),
+            summary="backend='fa2': FlashInfer's MLA kernel for SM 8.0 and newer",
+            compile_s=30,
+            sources={
+                "kv_cache_dtypes": f"{FI_MLA}.plan: fp8 only on SM 9.x; declared on fa3 only (a tactic rule cannot "
+                "say 'fp8 on SM 9.x only')",
+            },
+        ),
+        Tactic(
+            "fa3",
+            BOTH,
+            AttentionRules(compute_capabilities=(CCRange((9, 0), (9, 0)),)),
+            summary="backend='fa3': the Hopper (SM 9.0a) MLA kernel",
+            compile_s=60,
+            sources={
+                "compute_capabilities": "flashinfer 0.6.18 jit/attention/modules.py gen_batch_mla_module: fa3 built "
+                "with sm90a flags only",
+            },
+        ),
+    ),
+    sources={
+        "device_types": f"{FI_MLA} (CUDA)",
+        "compute_capabilities": "flashinfer 0.6.18 jit/attention/modules.py gen_batch_mla_module: fa2 built for the "
+        "device's arch (bf16 tensor-core MMA: SM 8.0+); fa3 sm90a only",
+        "dtypes": f"{FI_MLA}.plan q_data_type (fp16, bf16)",
+        "kv_cache_dtypes": f"{FI_MLA}.plan _SUPPORTED_MLA_KV_DTYPES (fp16, bf16, e4m3); e4m3 only with fa2/fa3 on "
+        "SM 9.x and bf16 queries (fp16 queries with an fp8 cache: unsupported at run time)",
+        "head_sizes": f"{FI_MLA}: head_dim_ckv 512 + head_dim_kpe 64 (DeepSeek); fp8 requires exactly these",
+        "block_sizes": "flashinfer 0.6.18 include/flashinfer/attention/mla.cuh, mla_hopper.cuh: the page size is a "
+        "run-time uint_fastdiv (any size; tests/attention/test_deepseek_mla.py runs 1, 16 and 32); SGLang runs it at "
+        "page size 1; declared 1-256",
+        "kv_layouts": f"{FI_MLA}.run: ckv_cache [num_pages, page_size, 512], kpe_cache [num_pages, page_size, 64]",
+        "gqa_groups": f"{FI_MLA}: num_heads any (tests: 4 to 128)",
+        "features": f"{FI_MLA}.run(return_lse=True), qo_indptr with several tokens per request and causal=, "
+        "use_cuda_graph=True with fixed buffers" + _PCP_LAYER,
+        "packages": "flashinfer-python (flashinfer.mla)",
+        "tactics": f"{FI_MLA}(backend='fa2' | 'fa3')",
+    },
+)
+
+HWTUNE_TRITON_MLA = Backend(
+    name="HWTUNE_TRITON_MLA",
+    kind="attention",
+    probe=Probe(f"{PROBES}.mla_triton:TritonMlaCandidate", ("triton",)),
+    engines={
+        "vllm": hwtune_kernel("vLLM", "HWTUNE_TRITON_MLA", "vLLM's TRITON_MLA is a different kernel"),
+        "sglang": hwtune_kernel("SGLang", "HWTUNE_TRITON_MLA", "SGLang's triton MLA decode is a different kernel"),
+    },
+    priority=priority(blackwell=5, others=5),
+    quick=True,
+    summary="hwtune's own MLA decode in Triton (not vLLM's TRITON_MLA): paged latent cache, split-KV with LSE merge",
+    rules=AttentionRules(
+        device_types=CUDA,
+        compute_capabilities=(CCRange((8, 0)),),
+        dtypes=FP16_BF16,
+        kv_cache_dtypes=fs("auto", "float16", "bfloat16", "fp8_e4m3"),
+        kv_cache_dtype_min_cc={"fp8_e4m3": (8, 9)},
+        head_sizes=LATENT,
+        block_sizes=multiple_of(1, 1, 256),
+        kv_layouts=fs("NHD"),
+        gqa_groups=multiple_of(1),
+        features=_MLA_MEASURED_FEATURES,
+    ),
+    packages=(PackageRequirement("triton", ">=3.0", "JIT-compiled kernels"),),
+    tactics=(Tactic("auto", BOTH, AttentionRules(), summary="heuristic rows, KV tiles and splits", compile_s=10),),
+    sources={
+        "device_types": "hwtune/kernels/triton_mla.py (Triton on CUDA)",
+        "compute_capabilities": "hwtune/kernels/triton_mla.py: bf16 tl.dot, Ampere (SM 8.0) and newer",
+        "dtypes": "hwtune/kernels/triton_mla.py _check_args",
+        "kv_cache_dtypes": "hwtune/kernels/triton_mla.py: fp16/bf16 as the query, or fp8 e4m3 with one scale",
+        "kv_cache_dtype_min_cc": "triton: 'fp8e4nv data type is not supported on CUDA arch < 89'",
+        "head_sizes": "hwtune/kernels/triton_mla.py: power-of-two kv_lora_rank and rope (512 + 64); declared 576",
+        "block_sizes": "hwtune/kernels/triton_mla.py: the page size is a compile-time constant and each position "
+        "looks its page up, so any size (interpreter tests: 1, 16, 48, 64); declared 1-256",
+        "kv_layouts": "hwtune/kernels/triton_mla.py: latent cache [pages, page, 576]",
+        "gqa_groups": "hwtune/kernels/triton_mla.py: any number of query heads (64 per program)",
+        "features": "hwtune/kernels/triton_mla.py returns the LSE, causal multi-token queries, non-causal shares; "
+        "host integers only on the launch path (graph-capturable)" + _PCP_LAYER,
+        "packages": "triton",
+        "tactics": "hwtune/kernels/triton_mla.py default_mla_config",
+    },
+)
+
+_TORCH_MLA = "hwtune/probes/attention/candidates/mla_torch.py"
+HWTUNE_TORCH_MLA = Backend(
+    name="HWTUNE_TORCH_MLA",
+    kind="attention",
+    probe=Probe(f"{PROBES}.mla_torch:TorchMlaCandidate"),
+    engines={
+        "vllm": EngineFlags(
+            missing="HWTUNE_TORCH_MLA is hwtune's own PyTorch MLA; vLLM cannot load it (its CPU_MLA is a C++ kernel "
+            "for the CPU platform)"
+        ),
+        "sglang": EngineFlags(missing="HWTUNE_TORCH_MLA is hwtune's own PyTorch MLA; SGLang cannot load it"),
+    },
+    # Last on GPUs (a portable baseline); the one MLA backend hwtune runs on the CPU.
+    priority=priority(blackwell=6, others=6, cpu=0),
+    summary="absorbed MLA in PyTorch ops over the gathered latent rows (the gather is timed); runs on the CPU",
+    rules=AttentionRules(
+        device_types=fs("cuda", "cpu"),
+        compute_capabilities=(CCRange((8, 0)),),
+        dtypes=fs("float16", "bfloat16", "float32"),
+        kv_cache_dtypes=fs("auto", "float16", "bfloat16", "fp8_e4m3"),
+        head_sizes=multiple_of(8, 8),
+        block_sizes=multiple_of(1),
+        kv_layouts=fs("NHD"),
+        gqa_groups=multiple_of(1),
+        features=fs(F.MLA, F.DECODE_LSE, F.SPEC_DECODE, F.PCP),
+    ),
+    packages=(PackageRequirement("torch", ">=2.5", "einsum, logsumexp"),),
+    needs_cuda_torch=False,
+    tactics=(Tactic("eager", BOTH, AttentionRules(), summary="torch.einsum scores, float32 softmax with LSE"),),
+    sources={
+        "device_types": f"{_TORCH_MLA}: torch ops on CPU and CUDA",
+        "compute_capabilities": f"{_TORCH_MLA}: bf16 matmuls on CUDA, declared from SM 8.0",
+        "dtypes": f"{_TORCH_MLA}: float32 on the CPU, the model dtype on CUDA",
+        "kv_cache_dtypes": f"{_TORCH_MLA}: an fp8 latent is dequantised with its scale after the gather",
+        "head_sizes": f"{_TORCH_MLA}: any kv_lora_rank + rope",
+        "block_sizes": f"{_TORCH_MLA}: pages are gathered first: any page size",
+        "kv_layouts": f"{_TORCH_MLA}: latent cache [pages, page, 576]",
+        "gqa_groups": f"{_TORCH_MLA}: any number of query heads",
+        "features": f"{_TORCH_MLA}: returns the LSE (natural log), causal multi-token queries, non-causal shares; "
+        "no CUDA-graph capture" + _PCP_LAYER,
+        "packages": "torch",
+        "tactics": _TORCH_MLA,
+    },
+)
+
+MLA_BACKENDS: tuple[Backend, ...] = (
+    FLASHINFER_MLA,
+    TRITON_MLA,
+    CUTLASS_MLA,
+    FLASHMLA,
+    FLASHINFER_FA_MLA,
+    HWTUNE_TRITON_MLA,
+    HWTUNE_TORCH_MLA,
+)

@@ -9,12 +9,17 @@ Tolerances (relative L2 error of the output; a row may be 4x worse): float32 1e-
 bfloat16 2e-2; fp8 KV 5e-2 (compared with the reference on the dequantised cache, so only rounding of q, of
 the probabilities and of the output counts, plus fp8 queries in kernels that quantise them). A real bug
 (wrong page, missed mask, stale length) gives errors of order 1.
+
+MLA (``compare_latent``): a candidate writes the latent output ``[tokens, heads, kv_lora_rank]``; every element must
+be written, and its projection by each head's ``W_UV`` is compared with the reference's multi-head attention output
+at the same tolerances (``hwtune.probes.attention.mla``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -90,5 +95,31 @@ def compare(
             v.problems.append(f"{bad} LSE values are NaN or infinite")
         elif not lse_err <= lse_tol:
             v.problems.append(f"LSE differs from the reference by up to {lse_err:.3g} (tolerance {lse_tol:g})")
+    v.ok = not v.problems
+    return v
+
+
+def compare_latent(
+    out: torch.Tensor,
+    ref: torch.Tensor,
+    *,
+    project: Callable[[torch.Tensor], torch.Tensor],
+    rel_tol: float,
+    lse: torch.Tensor | None = None,
+    ref_lse: torch.Tensor | None = None,
+    lse_tol: float = 3e-2,
+) -> Verdict:
+    """``compare`` for an MLA latent output: unwritten (NaN) or infinite latent elements are counted on the latent
+    itself (a projection would smear one over its whole row), then ``project(out)`` is compared with ``ref``."""
+    o = out.float()
+    unwritten = int(torch.isnan(o).sum())
+    nonfinite = int((~torch.isfinite(o)).sum()) - unwritten
+    clean = torch.nan_to_num(o, nan=0.0, posinf=0.0, neginf=0.0)
+    v = compare(project(clean), ref, rel_tol=rel_tol, lse=lse, ref_lse=ref_lse, lse_tol=lse_tol)
+    v.figures["unwritten"] = unwritten
+    if nonfinite:
+        v.problems.insert(0, f"{nonfinite} latent output elements are infinite")
+    if unwritten:
+        v.problems.insert(0, f"{unwritten} of {o.numel()} latent output elements were never written (still NaN)")
     v.ok = not v.problems
     return v

@@ -10,6 +10,8 @@ Order, as the design's measurement protocol says:
 5. a second, different batch B written into the same buffers, re-planned, run through the same
    plan/graph and compared (stale metadata);
 6. restore A and time it (graph replay or CUDA events; wall clock on CPU).
+An MLA spec builds an ``MlaProblem`` (latent cache, absorbed queries; ``mla.py``) and its checks compare the
+candidate's latent output after the reference's ``W_UV`` projection (``correctness.compare_latent``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch
 from hwtune.core import catalogue
 from hwtune.core.types import AttentionWorkload
 from hwtune.probes.attention.candidates.base import Runner, Unsupported, load_candidate
-from hwtune.probes.attention.correctness import Verdict, compare, tolerances
+from hwtune.probes.attention.correctness import Verdict, compare, compare_latent, tolerances
 from hwtune.probes.attention.dcp import DcpPrefillRunner
 from hwtune.probes.attention.problem import build_problem, second_batch_lengths, split_halves
 from hwtune.probes.attention.reference import merge_by_lse, reference_attention
@@ -50,12 +52,26 @@ def _fill_nan(runner: Runner) -> None:
         runner.lse.fill_(math.nan)
 
 
-def _check(runner: Runner, ref: tuple[torch.Tensor, torch.Tensor], tol: tuple[float, float], label: str) -> Verdict:
+def _verdict(
+    problem: Any,
+    out: torch.Tensor,
+    lse: torch.Tensor | None,
+    ref: tuple[torch.Tensor, torch.Tensor],
+    tol: tuple[float, float],
+) -> Verdict:
+    """Compare an output (and LSE) with the reference: an MLA problem's latent output after its W_UV projection."""
+    kw = dict(rel_tol=tol[0], lse=lse, ref_lse=ref[1] if lse is not None else None, lse_tol=tol[1])
+    if getattr(problem, "is_mla", False):
+        return compare_latent(out, ref[0], project=problem.project, **kw)
+    return compare(out, ref[0], **kw)
+
+
+def _check(
+    runner: Runner, problem: Any, ref: tuple[torch.Tensor, torch.Tensor], tol: tuple[float, float], label: str
+) -> Verdict:
     assert runner.out is not None
     lse = runner.lse_natural() if runner.returns_lse else None
-    verdict = compare(
-        runner.out, ref[0], rel_tol=tol[0], lse=lse, ref_lse=ref[1] if lse is not None else None, lse_tol=tol[1]
-    )
+    verdict = _verdict(problem, runner.out, lse, ref, tol)
     if not verdict.ok:
         raise WrongAnswer(verdict.message(label), {f"{label}.{k}": v for k, v in verdict.figures.items()})
     return verdict
@@ -91,7 +107,7 @@ def _dcp_check(
             raise WrongAnswer("DCP needs the softmax LSE, but this runner returned none", {})
         parts.append((runner.out.clone(), lse.clone()))
     out, lse = merge_by_lse(parts[0][0], parts[0][1], parts[1][0], parts[1][1])
-    verdict = compare(out, ref[0], rel_tol=tol[0], lse=lse, ref_lse=ref[1], lse_tol=tol[1])
+    verdict = _verdict(problem, out, lse, ref, tol)
     if not verdict.ok:
         raise WrongAnswer(
             verdict.message("DCP split-and-merge by LSE"), {f"dcp.{k}": v for k, v in verdict.figures.items()}
@@ -178,7 +194,7 @@ def _gate(
     runner.run()
     _sync(device)
     compile_s = plan_s + time.perf_counter() - t1  # first plan + first call: JIT compilation included
-    figures = dict(_check(runner, ref, tol, "batch A").figures)
+    figures = dict(_check(runner, problem, ref, tol, "batch A").figures)
     if spec.dcp_size > 1 and workload.phase == "decode":
         figures.update(_dcp_check(workload, candidate, tactic, device, problem, ref, tol))
     graph = None
@@ -187,13 +203,13 @@ def _gate(
         _fill_nan(runner)
         graph.replay()
         _sync(device)
-        _check(runner, ref, tol, "batch A (graph replay)")
+        _check(runner, problem, ref, tol, "batch A (graph replay)")
     second = _second_batch(workload, runner, problem, device, seed, figures)
     ref_b = reference_attention(runner.reference_problem(second))
     _fill_nan(runner)
     (graph.replay if graph is not None else runner.run)()
     _sync(device)
-    _check(runner, ref_b, tol, "batch B through the same plan" + (" and graph" if graph else ""))
+    _check(runner, second, ref_b, tol, "batch B through the same plan" + (" and graph" if graph else ""))
     return figures, compile_s, graph
 
 

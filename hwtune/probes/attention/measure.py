@@ -53,6 +53,9 @@ def plan_candidates(
     """Every (backend, tactic) to try for ``workload`` (MLA backends only for MLA specs).
 
     ``backends`` entries are names ("FLASHINFER") or name:tactic ("HWTUNE_TRITON_ATTN:auto") to keep one tactic.
+    A list that names backends of both kinds (a plan's defaults: the quick list holds MLA and non-MLA backends)
+    keeps those of the workload's kind, as no list does; a list of the other kind only is planned as given, so that
+    each entry is recorded unsupported with its reason.
     """
     only: dict[str, set[str]] = {}
     for entry in backends or ():
@@ -68,8 +71,9 @@ def plan_candidates(
     )
     phases = tactic_phases(workload)
     out: list[Planned] = []
+    of_kind = [b for b in chosen if b.has(Feature.MLA) == workload.spec.use_mla]
     for b in chosen:
-        if b.has(Feature.MLA) != workload.spec.use_mla and backends is None:
+        if b.has(Feature.MLA) != workload.spec.use_mla and (backends is None or of_kind):
             continue  # not even a candidate: listed in `select` rejections instead
         backend_reasons = [r.message for r in check(b, workload.spec, device, assume_installed=assume_installed)]
         for t in b.tactics:

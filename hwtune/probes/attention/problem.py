@@ -221,8 +221,13 @@ def build_problem(
     With ``like``, the new batch is written into ``like``'s tensors in place (same cache, same q buffer,
     same metadata shapes), as an engine reuses its buffers from step to step; a captured CUDA graph then
     sees the new batch. ``like`` must have at least as many pages and the same batch and token counts.
+    An MLA spec gets an ``MlaProblem`` (latent cache, absorbed queries; ``hwtune.probes.attention.mla``).
     """
     spec = workload.spec
+    if spec.use_mla:  # one latent KV head, absorbed queries: hwtune.probes.attention.mla
+        from hwtune.probes.attention.mla import build_mla_problem
+
+        return build_mla_problem(workload, device, seed=seed, like=like, lengths=lengths)
     if like is not None:
         layout = like.layout
     layout = layout or ("NHD" if spec.kv_layout == "auto" else spec.kv_layout)

@@ -20,7 +20,12 @@ _CHUNK_ELEMENTS = 1 << 28
 
 
 def reference_attention(problem: AttentionProblem) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, lse): float32 [num_tokens, num_heads, head_size] and natural-log LSE [num_tokens, num_heads]."""
+    """(out, lse): float32 [num_tokens, num_heads, head_size] and natural-log LSE [num_tokens, num_heads]; for an MLA
+    problem, ``mla.reference_mla``'s (multi-head attention over the up-projected latent: out is [tokens, heads, v])."""
+    if getattr(problem, "is_mla", False):
+        from hwtune.probes.attention.mla import reference_mla
+
+        return reference_mla(problem)  # type: ignore[arg-type]
     spec = problem.spec
     out = torch.empty(problem.num_tokens, spec.num_heads, spec.head_size, dtype=torch.float32, device=problem.q.device)
     lse = torch.empty(problem.num_tokens, spec.num_heads, dtype=torch.float32, device=problem.q.device)

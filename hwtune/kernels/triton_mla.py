@@ -1,0 +1,366 @@
+"""HWTUNE_TRITON_MLA: hwtune's MLA decode in Triton, over a paged latent cache (absorbed form).
+
+DeepSeek-V2/V3-style attention after weight absorption is multi-query attention over one latent KV head: each cache
+row is ``[ckv (kv_lora_rank), kpe (rope)]`` (512 + 64 for DeepSeek-V3), the query is ``[q_nope @ W_UK^T, q_pe]`` per
+head, the score is ``q . row`` and the value is the ckv part itself. So a program loads a KV tile once and feeds it
+to every query row it owns: rows are (query token, head) pairs of one request, heads fastest, at most 64 of them
+(a ``[64, 512]`` float32 accumulator; 128 heads take two programs, scheduled next to each other so the second
+read of a tile comes from L2). The score is two dots (ckv and kpe parts), the output a third (``p @ ckv``).
+
+Query token ``i`` of request ``r`` sits at position ``seq_lens[r] - query_len[r] + i`` and sees KV positions up to
+it (speculative decode: causal among the new tokens); ``causal=False`` lets every query see the whole KV (a DCP
+share). With ``num_splits > 1`` (flash-decoding) each split writes a normalised partial and its LSE, and
+``_common.merge_splits`` combines them by LSE. LSE: natural log of the softmax denominator of
+``softmax_scale * q.k`` (float32), so partial results over disjoint KV merge exactly (DCP).
+
+Caches: fp16 or bf16 like the query, or float8_e4m3fn with one per-tensor ``kv_scale`` (folded into the softmax
+scale and the output; with bf16 queries the dots run in fp16, as TRITON_ATTN's fp8 path does). Any page size: the
+page is a compile-time constant and a tile's rows look their pages up one by one. The launch reads no device
+memory (CUDA-graph capturable); metadata may change between calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from hwtune.kernels._common import (
+    LOG2E,
+    check_runnable,
+    merge_splits,
+    num_sms,
+    split_buffers,
+    split_tile_range,
+    store_result,
+)
+from hwtune.kernels.configs import cdiv, next_pow2
+
+LATENT_DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn)
+MAX_ROWS = 64  # query rows per program: a [64, 512] float32 accumulator is what a program can hold
+MIN_ROWS = 16  # tl.dot's smallest M
+MAX_SPLITS = 128
+
+
+@dataclass(frozen=True)
+class MlaConfig:
+    """One launch geometry: heads and query tokens per program (``block_h * block_t`` rows), KV positions per inner
+    tile, KV splits per program's rows, warps and pipeline stages."""
+
+    block_h: int
+    block_t: int
+    block_n: int
+    num_splits: int
+    num_warps: int
+    num_stages: int
+
+    def __post_init__(self) -> None:
+        for name in ("block_h", "block_t", "block_n"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"MlaConfig.{name} must be a power of two, got {value}")
+        if self.block_h * self.block_t < MIN_ROWS or self.block_n < 16:
+            raise ValueError("MlaConfig needs block_h * block_t >= 16 rows and block_n >= 16 (tl.dot's minimum)")
+        if not 1 <= self.num_splits <= MAX_SPLITS:
+            raise ValueError(f"MlaConfig.num_splits must be in 1..{MAX_SPLITS}, got {self.num_splits}")
+
+    def name(self) -> str:
+        """Short stable name kept in measurement records, e.g. ``h64-t1-n32-s8-w8-st2``."""
+        return (
+            f"h{self.block_h}-t{self.block_t}-n{self.block_n}-s{self.num_splits}-w{self.num_warps}-st{self.num_stages}"
+        )
+
+
+def default_mla_config(
+    *, num_heads: int, max_query_len: int, batch: int, max_seq_len: int, sms: int, kv_bytes: int = 2
+) -> MlaConfig:
+    """The ``auto`` tactic, from host integers only (no device read: graph-capturable).
+
+    Rows: all of a request's heads x query tokens up to 64 (128 heads: two programs, 64 heads each). Decode is bound
+    by reading the latent cache, so KV splits are added until about two programs per SM, but each split keeps
+    enough tokens that its partial output (rows x 512 float32, written and read again by the merge) stays under
+    half of the latent bytes it reads."""
+    rows = min(MAX_ROWS, max(MIN_ROWS, next_pow2(num_heads * max_query_len)))
+    block_h = min(next_pow2(num_heads), rows)
+    block_t = rows // block_h
+    block_n = 32
+    programs = batch * cdiv(max_query_len, block_t) * cdiv(num_heads, block_h)
+    min_tokens = max(2 * block_n, next_pow2(cdiv(4 * rows * 512 * 4, 576 * kv_bytes)))
+    by_tokens = max(1, max_seq_len // min_tokens)
+    splits = max(1, min(MAX_SPLITS, by_tokens, 2 * sms // programs))
+    return MlaConfig(block_h, block_t, block_n, splits, 8 if rows > 32 else 4, 2)
+
+
+def workspace_size(*, num_tokens: int, num_heads: int, kv_lora_rank: int, num_splits: int) -> int:
+    """float32 elements of the split-KV scratch: partial outputs and LSEs (none needed without splits)."""
+    return 0 if num_splits <= 1 else num_splits * num_tokens * num_heads * (kv_lora_rank + 1)
+
+
+# --- device side ---------------------------------------------------------------------------------------------
+@triton.jit
+def _rows(
+    qsl_ptr, seq_lens_ptr, num_heads, n_qt, n_ht, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, CAUSAL: tl.constexpr
+):
+    """This program's rows: (token index into q/out, head, valid, KV position each row may see up to), the KV end
+    of the whole tile, its first row's position, the request, and whether it is idle (no query token). Head tiles of one
+    (request, query tile) are neighbours on axis 0, so their reads of a KV tile meet in L2."""
+    pid = tl.program_id(0)
+    ht = pid % n_ht
+    req = pid // n_ht // n_qt
+    qt = pid // n_ht % n_qt
+    q_start = tl.load(qsl_ptr + req)
+    q_len = tl.load(qsl_ptr + req + 1) - q_start
+    seq = tl.load(seq_lens_ptr + req)
+    r = tl.arange(0, BLOCK_H * BLOCK_T)
+    tok = qt * BLOCK_T + r // BLOCK_H
+    head = ht * BLOCK_H + r % BLOCK_H
+    row_ok = (tok < q_len) & (head < num_heads)
+    if CAUSAL:
+        rows_pos = seq - q_len + tok
+        kv_end = tl.minimum(seq, seq - q_len + (qt + 1) * BLOCK_T)
+        first_pos = seq - q_len + qt * BLOCK_T
+    else:  # every query sees the whole KV
+        rows_pos = seq - 1 + tok * 0
+        kv_end = seq
+        first_pos = seq - 1
+    return q_start + tok, head, row_ok, rows_pos, kv_end, first_pos, req, qt * BLOCK_T >= q_len
+
+
+@triton.jit
+def _load_q(
+    q_ptr, rows_tok, head, row_ok, stride_qt, stride_qh, LORA: tl.constexpr, ROPE: tl.constexpr, F16: tl.constexpr
+):
+    """The rows' absorbed queries as two tiles, ``[rows, LORA]`` and ``[rows, ROPE]`` (fp16 for fp8 caches under bf16
+    queries: e4m3 converts to fp16 in one instruction per pair, to bf16 only through fp32)."""
+    off = rows_tok.to(tl.int64) * stride_qt + head.to(tl.int64) * stride_qh
+    q_nope = tl.load(q_ptr + off[:, None] + tl.arange(0, LORA)[None, :], mask=row_ok[:, None], other=0.0)
+    q_pe = tl.load(q_ptr + off[:, None] + LORA + tl.arange(0, ROPE)[None, :], mask=row_ok[:, None], other=0.0)
+    if F16:
+        q_nope = tl.clamp(q_nope.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
+        q_pe = tl.clamp(q_pe.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
+    return q_nope, q_pe
+
+
+@triton.jit
+def _latent_tile(
+    acc,
+    m_i,
+    l_i,
+    q_nope,
+    q_pe,
+    cache_ptr,
+    bt_row,
+    j,
+    kv_end,
+    rows_pos,
+    stride_cb,
+    stride_ct,
+    scale_log2,
+    LORA: tl.constexpr,
+    ROPE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    MASKED: tl.constexpr,
+):
+    """One KV tile of the online softmax (running max ``m_i`` in log2 units): each position's page from the block
+    table, its latent row split into ckv and kpe, scores from both, output from ckv. Unmasked tiles (wholly before
+    every row's position) load without masks and apply the scale in the exponent's FMA."""
+    pos = j * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = pos < kv_end
+    if MASKED:
+        blk = tl.load(bt_row + pos // PAGE_SIZE, mask=n_ok, other=0).to(tl.int64)
+    else:
+        blk = tl.load(bt_row + pos // PAGE_SIZE).to(tl.int64)
+    row = cache_ptr + blk * stride_cb + (pos % PAGE_SIZE).to(tl.int64) * stride_ct
+    if MASKED:
+        ckv = tl.load(row[:, None] + tl.arange(0, LORA)[None, :], mask=n_ok[:, None], other=0.0)
+        kpe = tl.load(row[:, None] + LORA + tl.arange(0, ROPE)[None, :], mask=n_ok[:, None], other=0.0)
+    else:
+        ckv = tl.load(row[:, None] + tl.arange(0, LORA)[None, :])
+        kpe = tl.load(row[:, None] + LORA + tl.arange(0, ROPE)[None, :])
+    ckv = ckv.to(q_nope.dtype)
+    qk = tl.dot(q_nope, tl.trans(ckv))
+    qk = tl.dot(q_pe, tl.trans(kpe.to(q_pe.dtype)), acc=qk)
+    if MASKED:
+        keep = (pos[None, :] <= rows_pos[:, None]) & n_ok[None, :]
+        qk = tl.where(keep, qk * scale_log2, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.exp2(qk - m_new[:, None])
+    else:
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * scale_log2)
+        p = tl.exp2(qk * scale_log2 - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(q_nope.dtype), ckv, acc=acc * alpha[:, None])
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _mla_decode_kernel(
+    q_ptr,
+    cache_ptr,
+    bt_ptr,
+    seq_lens_ptr,
+    qsl_ptr,
+    out_ptr,
+    lse_ptr,
+    part_o_ptr,
+    part_lse_ptr,
+    num_heads,
+    n_qt,
+    n_ht,
+    num_splits,
+    scale_log2,
+    kv_scale,
+    stride_qt,
+    stride_qh,
+    stride_cb,
+    stride_ct,
+    stride_bt,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_lh,
+    stride_ps,
+    stride_pt,
+    stride_ph,
+    LORA: tl.constexpr,
+    ROPE: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    SPLIT: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+    F16_DOTS: tl.constexpr,
+):
+    rows_tok, head, row_ok, rows_pos, kv_end, first_pos, req, idle = _rows(
+        qsl_ptr, seq_lens_ptr, num_heads, n_qt, n_ht, BLOCK_H, BLOCK_T, CAUSAL
+    )
+    if idle:
+        return  # the grid covers the longest query; shorter requests' surplus tiles exit
+    q_nope, q_pe = _load_q(q_ptr, rows_tok, head, row_ok, stride_qt, stride_qh, LORA, ROPE, F16_DOTS)
+    split = tl.program_id(1)
+    if SPLIT:
+        t0, t1, full_end = split_tile_range(kv_end, first_pos, split, num_splits, BLOCK_N)
+    else:  # the loop starts at a compile-time 0
+        t0, t1, full_end = split_tile_range(kv_end, first_pos, 0, 1, BLOCK_N)
+    bt_row = bt_ptr + req.to(tl.int64) * stride_bt
+    acc = tl.zeros([BLOCK_H * BLOCK_T, LORA], tl.float32)
+    m_i = tl.full([BLOCK_H * BLOCK_T], -1.0e30, tl.float32)
+    l_i = tl.zeros([BLOCK_H * BLOCK_T], tl.float32)
+    for j in range(t0, tl.minimum(t1, full_end)):
+        acc, m_i, l_i = _latent_tile(
+            acc, m_i, l_i, q_nope, q_pe, cache_ptr, bt_row, j, kv_end, rows_pos, stride_cb, stride_ct, scale_log2,
+            LORA, ROPE, BLOCK_N, PAGE_SIZE, False,
+        )  # fmt: skip
+    for j in range(tl.maximum(t0, full_end), t1):
+        acc, m_i, l_i = _latent_tile(
+            acc, m_i, l_i, q_nope, q_pe, cache_ptr, bt_row, j, kv_end, rows_pos, stride_cb, stride_ct, scale_log2,
+            LORA, ROPE, BLOCK_N, PAGE_SIZE, True,
+        )  # fmt: skip
+    offs_l = tl.arange(0, LORA)
+    store_result(
+        acc * kv_scale, m_i, l_i, rows_tok, head, row_ok, offs_l, offs_l < LORA, split, out_ptr, lse_ptr, part_o_ptr,
+        part_lse_ptr, stride_ot, stride_oh, stride_lt, stride_lh, stride_ps, stride_pt, stride_ph, LORA, SPLIT,
+        WRITE_LSE,
+    )  # fmt: skip
+
+
+# --- host side -----------------------------------------------------------------------------------------------
+def _check_args(
+    q: torch.Tensor, kv_cache: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None, kv_lora_rank: int
+) -> tuple[int, int, int]:
+    """The contract (module docstring) in one place, refused with what was given; returns (tokens, heads, rope)."""
+    if q.dim() != 3 or kv_cache.dim() != 3 or q.shape[-1] != kv_cache.shape[-1]:
+        raise ValueError(
+            f"q must be [tokens, heads, L] and the latent cache [pages, page, L] of the same L; got q "
+            f"{tuple(q.shape)}, cache {tuple(kv_cache.shape)}"
+        )
+    tokens, heads, width = q.shape
+    rope = width - kv_lora_rank
+    if kv_lora_rank & (kv_lora_rank - 1) or rope < 16 or rope & (rope - 1):
+        raise ValueError(
+            f"kv_lora_rank and the rope width must be powers of two (rope >= 16); got {kv_lora_rank}, {rope}"
+        )
+    if q.dtype not in (torch.float16, torch.bfloat16) or kv_cache.dtype not in LATENT_DTYPES:
+        raise ValueError(
+            f"q must be fp16 or bf16 and the cache fp16, bf16 or fp8 e4m3; got {q.dtype}, {kv_cache.dtype}"
+        )
+    if kv_cache.dtype != torch.float8_e4m3fn and kv_cache.dtype != q.dtype:
+        raise ValueError(f"a 16-bit latent cache must have the query's dtype; got q {q.dtype}, cache {kv_cache.dtype}")
+    if out.dtype != q.dtype or tuple(out.shape) != (tokens, heads, kv_lora_rank) or out.stride(-1) != 1:
+        raise ValueError(f"out must be {q.dtype} [{tokens}, {heads}, {kv_lora_rank}] with a contiguous last dimension")
+    if q.stride(-1) != 1 or kv_cache.stride(-1) != 1:
+        raise ValueError("q and the latent cache must have a contiguous last dimension")
+    if lse is not None and (lse.dtype != torch.float32 or tuple(lse.shape) != (tokens, heads)):
+        raise ValueError(f"lse must be float32 [{tokens}, {heads}]; got {lse.dtype} {tuple(lse.shape)}")
+    return tokens, heads, rope
+
+
+def mla_decode(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    *,
+    max_query_len: int,
+    max_seq_len: int,
+    out: torch.Tensor,
+    lse: torch.Tensor | None = None,
+    softmax_scale: float,
+    kv_lora_rank: int = 512,
+    kv_scale: float = 1.0,
+    causal: bool = True,
+    config: MlaConfig | None = None,
+    workspace: torch.Tensor | None = None,
+) -> MlaConfig:
+    """Absorbed MLA attention of ``q`` [tokens, heads, lora + rope] over the paged latent cache ``kv_cache``
+    [pages, page, lora + rope] into ``out`` [tokens, heads, lora] (and ``lse`` [tokens, heads], float32, natural log).
+    Host integers only on the launch path; returns the config it ran (``default_mla_config`` unless given)."""
+    check_runnable(q, kv_cache)
+    tokens, heads, rope = _check_args(q, kv_cache, out, lse, kv_lora_rank)
+    batch = block_table.shape[0]
+    if config is None:
+        config = default_mla_config(
+            num_heads=heads, max_query_len=max_query_len, batch=batch, max_seq_len=max_seq_len,
+            sms=num_sms(q.device), kv_bytes=kv_cache.element_size(),
+        )  # fmt: skip
+    if batch == 0 or tokens == 0:
+        return config
+    splits = config.num_splits
+    part_o, part_lse = (out, out) if splits == 1 else _split_scratch(workspace, config, tokens, heads, kv_lora_rank, q)
+    n_qt, n_ht = cdiv(max_query_len, config.block_t), cdiv(heads, config.block_h)
+    lse_arg = lse if lse is not None else out
+    scales = (float(softmax_scale) * float(kv_scale) * LOG2E, float(kv_scale))
+    strides = (q.stride(0), q.stride(1), kv_cache.stride(0), kv_cache.stride(1), block_table.stride(0))
+    strides += (out.stride(0), out.stride(1), lse_arg.stride(0), lse_arg.stride(1) if lse is not None else 0)
+    strides += (part_lse.stride(0), part_lse.stride(1), part_lse.stride(2)) if splits > 1 else (0, 0, 0)
+    _mla_decode_kernel[(batch * n_qt * n_ht, splits)](
+        q, kv_cache, block_table, seq_lens, query_start_loc, out, lse_arg, part_o, part_lse,
+        heads, n_qt, n_ht, splits, *scales, *strides,
+        LORA=kv_lora_rank, ROPE=rope, BLOCK_H=config.block_h, BLOCK_T=config.block_t, BLOCK_N=config.block_n,
+        PAGE_SIZE=kv_cache.shape[1], CAUSAL=causal, SPLIT=splits > 1, WRITE_LSE=lse is not None,
+        F16_DOTS=kv_cache.dtype == torch.float8_e4m3fn and q.dtype == torch.bfloat16,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )  # fmt: skip
+    if splits > 1:
+        merge_splits(part_o, part_lse, out, lse, query_start_loc, batch)
+    return config
+
+
+def _split_scratch(
+    workspace: torch.Tensor | None, config: MlaConfig, tokens: int, heads: int, lora: int, q: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The split-KV partials ``[splits, tokens, heads, lora]`` and ``[splits, tokens, heads]`` in ``workspace``
+    (allocated when none is given: sizes from host integers)."""
+    return split_buffers(
+        workspace, splits=config.num_splits, num_tokens=tokens, num_heads=heads, head_size=lora, device=q.device
+    )
+
+
+__all__ = ["MlaConfig", "default_mla_config", "mla_decode", "workspace_size"]

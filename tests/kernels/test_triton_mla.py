@@ -1,0 +1,291 @@
+"""hwtune's Triton MLA decode kernel (hwtune/kernels/triton_mla.py) against the float32 MLA reference.
+
+The reference is the probe's own (hwtune.probes.attention.mla): multi-head attention over the latent up-projected
+by random per-head W_UK / W_UV, so the kernel's absorbed computation is checked against the unabsorbed one; the
+latent output is compared after its W_UV projection, and the LSE directly. Outputs are NaN-filled first (every
+element must be written) and rows past the batch's tokens (CUDA-graph padding) must stay untouched.
+
+On the CPU the cases run in Triton's interpreter, in a subprocess with TRITON_INTERPRET=1 set before triton is
+imported (``python -m tests.kernels.test_triton_mla``; the bf16 ``tl.dot`` fix of tests/kernels/interp_runner.py is
+applied there). The same cases run at real sizes on a GPU (marked ``gpu``), with CUDA-graph replays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip(
+    "triton", reason="triton is not installed (a CPU install leaves it out): `pip install triton` runs these"
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+Checks = dict[str, tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One kernel call: the MLA problem's shape, the kernel's options, and what the call may get wrong."""
+
+    heads: int = 16
+    lora: int = 64
+    rope: int = 16
+    dtype: str = "bfloat16"
+    kv: str = "auto"
+    page: int = 16
+    ctx: tuple[int, ...] = (70, 5, 33)
+    query_len: int = 1
+    config: tuple | None = None  # MlaConfig fields (block_h, block_t, block_n, splits, warps, stages)
+    causal: bool = True
+    pad_tokens: int = 0
+    scale_factor: float = 1.0  # != 1: call the kernel with a wrong softmax scale (the checks must fail)
+
+
+CASES: dict[str, Case] = {
+    "decode_bf16_auto": Case(),
+    "decode_fp16_page1": Case(dtype="float16", page=1),
+    "decode_page48_splits": Case(page=48, ctx=(130, 7, 100), config=(16, 1, 16, 3, 4, 2)),
+    "decode_page64_many_splits": Case(heads=32, page=64, ctx=(300, 260), config=(16, 1, 32, 7, 4, 2)),
+    "spec_decode_4_tokens": Case(query_len=4, config=(16, 4, 16, 4, 4, 2)),
+    "spec_decode_heads_24": Case(heads=24, query_len=3, config=(32, 2, 16, 2, 4, 2)),
+    "prefill_chunk_20_on_40": Case(query_len=20, ctx=(40, 20), config=(16, 2, 16, 2, 4, 2)),
+    "fp8_latent_bf16_q": Case(kv="fp8_e4m3", config=(16, 1, 16, 3, 4, 2)),
+    "fp8_latent_fp16_q_spec": Case(kv="fp8_e4m3", dtype="float16", query_len=2),
+    "deepseek_widths_128_heads": Case(heads=128, lora=512, rope=64, dtype="float16", ctx=(40, 17)),
+    "non_causal_share": Case(query_len=3, causal=False, config=(16, 4, 16, 2, 4, 2)),
+    "graph_padding_rows": Case(pad_tokens=5, config=(16, 1, 16, 2, 4, 2)),
+    "wrong_scale_is_caught": Case(scale_factor=math.sqrt(192 / 576)),  # the latent width's 1/sqrt(576)
+}
+#: Cases whose checks must fail: they show the checks can catch a broken kernel call.
+MUST_FAIL = {"wrong_scale_is_caught"}
+#: Cases the GPU runs at DeepSeek-V3 sizes (heads 16 / 128, 512 + 64, long contexts).
+GPU_CASES = {
+    "tp8_decode": Case(heads=16, lora=512, rope=64, ctx=(4096, 1000, 33, 2500), page=64),
+    "tp1_decode_page1": Case(heads=128, lora=512, rope=64, ctx=(3000, 77), page=1),
+    "tp1_spec_decode": Case(heads=128, lora=512, rope=64, ctx=(2048, 513), page=16, query_len=3),
+    "tp8_fp8": Case(heads=16, lora=512, rope=64, ctx=(8192, 100), page=32, kv="fp8_e4m3"),
+    "tp1_long_splits": Case(heads=128, lora=512, rope=64, ctx=(32768,), page=64),
+}
+
+
+def _tolerance(case: Case) -> tuple[float, float]:
+    """(relative L2 of the projected output, absolute LSE) allowed for the case's dtypes."""
+    if case.kv.startswith("fp8"):
+        return 5e-2, 3e-2
+    return (1.5e-2, 1e-2) if case.dtype == "bfloat16" else (3e-3, 3e-3)
+
+
+def _problem(case: Case, device: str, seed: int = 0):  # noqa: ANN202 - MlaProblem
+    from hwtune.core.types import AttentionSpec, AttentionWorkload
+    from hwtune.probes.attention.mla import build_mla_problem
+
+    nope = 128 if case.lora == 512 else 32  # DeepSeek's widths at DeepSeek's latent; small ones for small shapes
+    spec = AttentionSpec(
+        case.heads, 1, case.lora + case.rope, dtype=case.dtype, kv_cache_dtype=case.kv, block_size=case.page,
+        use_mla=True, kv_lora_rank=case.lora, qk_rope_head_dim=case.rope, qk_nope_head_dim=nope, v_head_dim=nope,
+        spec_tokens=case.query_len - 1,
+    )  # fmt: skip
+    lens = tuple(max(c, case.query_len) for c in case.ctx)
+    phase = "decode" if case.query_len <= 4 else "prefill"
+    w = AttentionWorkload(spec, phase, len(lens), max(lens), query_len=case.query_len, context_lens=lens)
+    p = build_mla_problem(w, device, seed=seed)
+    return dataclasses.replace(p, causal=case.causal)
+
+
+def _call(case: Case, p, out: torch.Tensor, lse: torch.Tensor) -> None:  # noqa: ANN001
+    from hwtune.kernels.triton_mla import MlaConfig, mla_decode
+
+    tokens = p.num_tokens
+    mla_decode(
+        p.q, p.kv_cache, p.block_table, p.seq_lens, p.query_start_loc, max_query_len=p.max_query_len,
+        max_seq_len=p.max_seq_len, out=out[: tokens + case.pad_tokens], lse=lse[: tokens + case.pad_tokens],
+        softmax_scale=p.softmax_scale * case.scale_factor, kv_lora_rank=case.lora, kv_scale=p.kv_scale,
+        causal=case.causal, config=MlaConfig(*case.config) if case.config else None,
+    )  # fmt: skip
+
+
+def _padded_q(p, pad: int):  # noqa: ANN001, ANN202
+    """``p`` with ``pad`` extra query rows past the batch's tokens (what a captured graph's buffers hold)."""
+    q = torch.cat([p.q, torch.randn(pad, *p.q.shape[1:], device=p.q.device).to(p.q.dtype)])
+    return dataclasses.replace(p, q=q)
+
+
+def run_case(case: Case, device: str) -> Checks:
+    """Build, call the kernel, compare with the reference; the named checks (value, limit)."""
+    from hwtune.probes.attention.correctness import compare_latent
+    from hwtune.probes.attention.reference import reference_attention
+
+    p = _problem(case, device)
+    if case.pad_tokens:
+        p = _padded_q(p, case.pad_tokens)
+    rows = p.num_tokens + case.pad_tokens
+    out = torch.full((rows, case.heads, case.lora), math.nan, dtype=p.q.dtype, device=device)
+    lse = torch.full((rows, case.heads), math.nan, device=device)
+    _call(case, p, out, lse)
+    ref_out, ref_lse = reference_attention(p)
+    t = p.num_tokens
+    rel, lse_tol = _tolerance(case)
+    v = compare_latent(out[:t], ref_out, project=p.project, rel_tol=rel, lse=lse[:t], ref_lse=ref_lse, lse_tol=lse_tol)
+    checks: Checks = {
+        "unwritten": (v.figures["unwritten"], 0),
+        "rel_l2": (v.figures["rel_l2"], rel),
+        "max_row_rel": (v.figures["max_row_rel"], 4 * rel),
+        "lse_max_abs": (v.figures.get("lse_max_abs", math.inf), lse_tol),
+    }
+    if case.pad_tokens:
+        checks["padding_rows_written"] = (float((~torch.isnan(out[t:].float())).sum()), 0)
+    return checks
+
+
+def run_dcp_merge(device: str) -> Checks:
+    """The whole KV against the LSE-merge of its two page-aligned halves (DCP), speculative decode included."""
+    from hwtune.probes.attention.correctness import compare_latent
+    from hwtune.probes.attention.problem import split_halves
+    from hwtune.probes.attention.reference import merge_by_lse, reference_attention
+
+    case = Case(query_len=2, ctx=(70, 40, 100), config=(16, 2, 16, 2, 4, 2))
+    p = _problem(case, device)
+    parts = []
+    for half in split_halves(p):
+        out = torch.full((p.num_tokens, case.heads, case.lora), math.nan, dtype=p.q.dtype, device=device)
+        lse = torch.full((p.num_tokens, case.heads), math.nan, device=device)
+        _call(dataclasses.replace(case, causal=half.causal), half, out, lse)
+        parts.append((out, lse))
+    out, lse = merge_by_lse(*parts[0], *parts[1])
+    ref_out, ref_lse = reference_attention(p)
+    v = compare_latent(out, ref_out, project=p.project, rel_tol=1.5e-2, lse=lse, ref_lse=ref_lse, lse_tol=1e-2)
+    return {"rel_l2": (v.figures["rel_l2"], 1.5e-2), "lse_max_abs": (v.figures["lse_max_abs"], 1e-2)}
+
+
+def run_all(names: list[str], device: str) -> dict:
+    """Every named case (and ``dcp_merge``) as ``{name: {"checks": ...}}`` or ``{name: {"error": traceback}}``."""
+    import traceback
+
+    results = {}
+    for name in names:
+        try:
+            checks = run_dcp_merge(device) if name == "dcp_merge" else run_case(CASES[name], device)
+            results[name] = {"checks": {k: [float(v), float(lim)] for k, (v, lim) in checks.items()}}
+        except Exception:
+            results[name] = {"error": traceback.format_exc()}
+    return results
+
+
+def _failed(result: dict) -> dict:
+    assert "error" not in result, result.get("error")
+    return {k: v for k, (v, limit) in result["checks"].items() if not v <= limit}
+
+
+@pytest.fixture(scope="module")
+def interp_results() -> dict:
+    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.kernels.test_triton_mla"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("name", sorted(set(CASES) - MUST_FAIL) + ["dcp_merge"])
+def test_mla_kernel_in_interpreter(name: str, interp_results: dict) -> None:
+    failed = _failed(interp_results[name])
+    assert not failed, f"{name}: checks over their limits {failed} (all: {interp_results[name]['checks']})"
+
+
+@pytest.mark.parametrize("name", sorted(MUST_FAIL))
+def test_the_checks_catch_a_wrong_scale(name: str, interp_results: dict) -> None:
+    """1/sqrt(576) (the latent width) instead of 1/sqrt(192) (the model's q.k width) must not pass."""
+    failed = _failed(interp_results[name])
+    assert "rel_l2" in failed and "lse_max_abs" in failed, interp_results[name]
+
+
+def test_auto_config_rows_and_splits() -> None:
+    """128 heads take two 64-row programs; 16 heads x 4 tokens one; splits fill about two programs per SM but keep
+    each split's partial output under half its latent bytes."""
+    from hwtune.kernels.triton_mla import default_mla_config
+
+    tp1 = default_mla_config(num_heads=128, max_query_len=1, batch=1, max_seq_len=32768, sms=132)
+    assert (tp1.block_h, tp1.block_t, tp1.num_warps) == (64, 1, 8) and 32768 // tp1.num_splits >= 512
+    tp8 = default_mla_config(num_heads=16, max_query_len=4, batch=1, max_seq_len=32768, sms=132)
+    assert (tp8.block_h, tp8.block_t) == (16, 4) and tp8.num_splits > 1
+    big = default_mla_config(num_heads=128, max_query_len=1, batch=128, max_seq_len=8192, sms=132)
+    assert big.num_splits == 1
+
+
+def test_bad_arguments_are_refused_with_the_contract() -> None:
+    from hwtune.kernels.triton_mla import MlaConfig, _check_args
+
+    q = torch.zeros(2, 4, 576, dtype=torch.bfloat16)
+    cache = torch.zeros(3, 16, 576, dtype=torch.float16)
+    out = torch.zeros(2, 4, 512, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="must have the query's dtype"):
+        _check_args(q, cache, out, None, 512)
+    with pytest.raises(ValueError, match="out must be"):
+        _check_args(q, cache.bfloat16(), out[..., :256], None, 512)
+    with pytest.raises(ValueError, match="rows"):
+        MlaConfig(4, 2, 32, 1, 4, 2)
+
+
+# --- GPU: real sizes and CUDA graphs ------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(GPU_CASES))
+def test_mla_kernel_on_gpu(name: str) -> None:
+    checks = run_case(GPU_CASES[name], "cuda")
+    failed = {k: v for k, (v, limit) in checks.items() if not v <= limit}
+    assert not failed, f"{name}: {failed} (all: {checks})"
+
+
+@pytest.mark.gpu
+def test_mla_kernel_graph_replay_follows_new_metadata() -> None:
+    """Capture one call, rewrite the batch (lengths, pages, queries) in place, replay: the replay must match the
+    reference of the new batch."""
+    from hwtune.probes.attention.correctness import compare_latent
+    from hwtune.probes.attention.mla import build_mla_problem
+    from hwtune.probes.attention.problem import second_batch_lengths
+    from hwtune.probes.attention.reference import reference_attention
+
+    case = GPU_CASES["tp8_decode"]
+    p = _problem(case, "cuda")
+    out = torch.empty(p.num_tokens, case.heads, case.lora, dtype=p.q.dtype, device="cuda")
+    lse = torch.empty(p.num_tokens, case.heads, device="cuda")
+    _call(case, p, out, lse)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _call(case, p, out, lse)
+    b = build_mla_problem(p.workload, "cuda", seed=7, like=p, lengths=second_batch_lengths(p.workload, 7))
+    out.fill_(math.nan)
+    graph.replay()
+    torch.cuda.synchronize()
+    ref_out, ref_lse = reference_attention(b)
+    v = compare_latent(out, ref_out, project=b.project, rel_tol=1.5e-2, lse=lse, ref_lse=ref_lse, lse_tol=1e-2)
+    assert v.ok, v.problems
+
+
+def _main() -> int:
+    import tests.kernels.interp_runner  # noqa: F401 - sets TRITON_INTERPRET and fixes the interpreter's bf16 dots
+
+    torch.set_num_threads(1)
+    json.dump(run_all(sorted(CASES) + ["dcp_merge"], "cpu"), sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
