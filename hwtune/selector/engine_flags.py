@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
 from hwtune.core import catalogue
-from hwtune.core.catalogue.engines import EngineTarget, preferred_block_size, resolve_target
+from hwtune.core.catalogue.engines import EngineTarget, engine_page_size, preferred_block_size, resolve_target
 from hwtune.core.errors import InvalidSpecError
 
 if TYPE_CHECKING:
@@ -197,21 +197,38 @@ def _backend_flags(names: dict[str, str], target: EngineTarget, parts: _Parts) -
 
 
 def _block_flags(sel: "Selection", target: EngineTarget, backends: list[str], parts: _Parts) -> None:
-    """The KV block size: the one selected for, else the size a validating engine runs the backend at."""
+    """The KV block size the engine will run at: the one selected for; with none, the size a validating engine
+    (vLLM) runs the backend at; a deciding engine (SGLang) runs some backends at a page size of its own whatever is
+    given (flashmla at 64), and the flag says that size (a note when it is not the one selected for)."""
     size = sel.spec.get("block_size")
-    if size is None and sel.engine is not None and target.snapshot.selector == "priority":
-        from hwtune.core.engine_validation import config_for
-        from hwtune.core.types import AttentionSpec
-
-        spec = AttentionSpec.from_dict(sel.spec)
-        cfg = config_for(target, spec, sel.device, assume_installed=True)
-        sizes = {preferred_block_size(target.snapshot, target.version, b, cfg) for b in backends}
+    deciding = target.snapshot.selector == "decision"
+    if sel.engine is not None and (deciding or size is None):
+        sizes = {_engine_size(sel, target, b, deciding) for b in backends}
         if len(sizes) > 1:
-            parts.notes.append(f"{' and '.join(backends)} prefer different block sizes; none is given")
+            parts.notes.append(f"{' and '.join(backends)} run at different block sizes ({sorted(sizes)}): none given")
             return
-        size = sizes.pop()
+        runs = sizes.pop()
+        if deciding and size is not None and runs != size:
+            parts.notes.append(f"{target.describe()} runs {backends[0]} at page size {runs}, not {size}")
+        elif deciding and size is None and runs == _engine_default(target):
+            runs = None  # nothing forces a page size: SGLang's own default applies
+        size = runs
     if size is not None:
         parts.args += [_flag(target, "block_size"), str(size)]  # type: ignore[list-item]
+
+
+def _engine_size(sel: "Selection", target: EngineTarget, backend: str, deciding: bool) -> int:
+    from hwtune.core.engine_validation import config_for
+    from hwtune.core.types import AttentionSpec
+
+    cfg = config_for(target, AttentionSpec.from_dict(sel.spec), sel.device, assume_installed=True)
+    if deciding:
+        return engine_page_size(target.snapshot, target.version, backend, cfg)
+    return preferred_block_size(target.snapshot, target.version, backend, cfg)
+
+
+def _engine_default(target: EngineTarget) -> int:
+    return int(target.snapshot.engine_fact("default_block_size", target.version).value)  # type: ignore[union-attr]
 
 
 def _layout(sel: "Selection", target: EngineTarget, parts: _Parts) -> None:

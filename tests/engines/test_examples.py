@@ -199,7 +199,12 @@ def test_sglang_takes_a_requested_backend_it_accepts_and_refuses_one_it_does_not
     """flashmla is one of SGLang's accepted MLA backends on Hopper; trtllm_mla needs Blackwell (SGLang raises); a
     choice hwtune does not model (dsa) is taken as asked, saying that SGLang validates it itself."""
     sel = select(DEEPSEEK, "h100", engine="sglang", backend="flashmla")
-    assert sel.backend == "flashmla" and sel.to_sglang_args() == ["--attention-backend", "flashmla"]
+    assert sel.backend == "flashmla" and sel.to_sglang_args() == [
+        "--attention-backend",
+        "flashmla",
+        "--page-size",
+        "64",
+    ]
     assert "SGLang 0.5.23 runs flashmla at page size 64 (no page size given)" in sel.notes
     assert select(DEEPSEEK, "h100", engine="sglang").backend == "fa3"  # its default for MLA on Hopper
     with pytest.raises(
