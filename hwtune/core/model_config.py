@@ -56,6 +56,8 @@ class ModelInfo:
     #: The activation dtype that quantization dispatches to the experts (the model's own dtype for weight-only
     #: methods); None when not quantized, or when hwtune does not know the method.
     activation_dtype: str | None = None
+    #: The model class its config names first (``architectures[0]``), for engines' per-architecture rules.
+    architecture: str | None = None
 
     @property
     def is_moe(self) -> bool:
@@ -296,7 +298,14 @@ def parse_model_config(cfg: Mapping[str, Any]) -> ModelInfo:
         topk=topk if topk and experts else None,
         quant_method=quant_method,
         activation_dtype=activation_dtype,
+        architecture=_architecture(cfg),
     )
+
+
+def _architecture(cfg: Mapping[str, Any]) -> str | None:
+    """``architectures[0]`` of a config, where it names one."""
+    names = cfg.get("architectures")
+    return names[0] if isinstance(names, list) and names and isinstance(names[0], str) else None
 
 
 def load_model_config(path: str | Path) -> ModelInfo:
@@ -354,6 +363,7 @@ def attention_spec(model: ModelInfo, tp: int = 1, **overrides: Any) -> Attention
             head_size=model.head_size,
         )
     fields.update(sliding_window=model.sliding_window, logits_soft_cap=model.logits_soft_cap, sinks=model.sinks)
+    fields.update(architecture=model.architecture)
     fields.update({k: v for k, v in overrides.items() if v is not None})
     return AttentionSpec(**fields)
 

@@ -148,8 +148,13 @@ class AttentionSpec:
     spec_tokens: int = 0
     #: Tokens per chunk when the KV is dealt across context-parallel ranks (vLLM's cp_kv_cache_interleave_size).
     cp_interleave: int = 1
+    #: The model's architecture as its config.json names it ("DeepseekV3ForCausalLM"), for engine rules that are
+    #: per architecture (SGLang's model overrides); not part of the spec's identity in the store (``key``).
+    architecture: str | None = None
 
     def __post_init__(self) -> None:
+        if self.architecture is not None and not (isinstance(self.architecture, str) and self.architecture.strip()):
+            raise InvalidSpecError(f"architecture must be a model class name, got {self.architecture!r}")
         for name in ("num_heads", "num_kv_heads", "head_size", "block_size", "dcp_size", "pcp_size", "cp_interleave"):
             if name != "block_size" or self.block_size is not None:
                 _positive(name, getattr(self, name))
@@ -216,9 +221,17 @@ class AttentionSpec:
 _LATER_FIELDS = {"cp_interleave": 1}
 
 
+#: AttentionSpec fields that never enter a key: they change which engine backend is chosen, not what is measured.
+_NOT_KEYED = frozenset({"architecture"})
+
+
 def _keyed(spec: dict[str, Any]) -> dict[str, Any]:
-    """A spec's dict as keys hash it: later fields at their defaults left out."""
-    return {k: v for k, v in spec.items() if not (k in _LATER_FIELDS and v == _LATER_FIELDS[k])}
+    """A spec's dict as keys hash it: later fields at their defaults left out, fields that are not measured too."""
+    return {
+        k: v
+        for k, v in spec.items()
+        if k not in _NOT_KEYED and not (k in _LATER_FIELDS and v == _LATER_FIELDS[k])
+    }
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,8 @@ def cond(
             ok = any(cond(w, c, backend, facts, page) for w in want)
         elif key == "not":
             ok = not cond(want, c, backend, facts, page)
+        elif key == "architecture":
+            ok = c.get("architecture") in want
         elif key == "cc_major":
             ok = c["cc"][0] in want
         elif key == "cc":

@@ -80,10 +80,16 @@ def _draw(rng: random.Random, mla: bool) -> dict:
     }
 
 
+#: Model classes drawn per kind (None: a spec given by head counts), for engines' per-architecture rules.
+ARCHITECTURES = {False: ["GptOssForCausalLM", "LlamaForCausalLM", None, None], True: ["DeepseekV3ForCausalLM", None]}
+
+
 def configurations() -> list[dict]:
-    """The generated grid: a seeded draw per kind (MHA, MLA), the same every run."""
-    rng = random.Random(18)
-    return [_draw(rng, kind == "mla") for kind, n in PER_KIND.items() for _ in range(n)]
+    """The generated grid: a seeded draw per kind (MHA, MLA), the same every run; the architecture from a second
+    seeded stream, so the rest of each configuration is what it was before architectures were drawn."""
+    rng, arch = random.Random(18), random.Random(19)
+    grid = [_draw(rng, kind == "mla") for kind, n in PER_KIND.items() for _ in range(n)]
+    return [{**c, "architecture": arch.choice(ARCHITECTURES[c["mla"]])} for c in grid]
 
 
 @dataclass
@@ -118,6 +124,7 @@ def spec_and_device(c: dict) -> tuple[AttentionSpec, DeviceProfile]:
         pcp_size=2 if c["pcp"] else 1,
         spec_tokens=2 if c["spec_decode"] else 0,
         cp_interleave=c["cp_interleave"],
+        architecture=c.get("architecture"),
         **mla,
     )
     return spec, DeviceProfile(name="GPU SM %d.%d" % c["cc"], compute_capability=c["cc"], simulated=True)

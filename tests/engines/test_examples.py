@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -245,3 +246,21 @@ def test_sglang_backends_are_ranked_by_the_kernels_they_run(tmp_path) -> None:
     assert sel.backend == "flashinfer" and sel.ranked[0].tactics == {"decode": "fa2-tc", "prefill": "fa2-tc"}
     assert sel.to_sglang_args()[:2] == ["--attention-backend", "flashinfer"]
     assert vllm.backend == "FLASHINFER" and vllm.ranked[0].latency_us == pytest.approx(1.0)  # vLLM: any tactic
+
+
+def test_sglang_model_overrides_follow_the_architecture() -> None:
+    """SGLang 0.5.23 sets trtllm_mla for DeepseekV3ForCausalLM on SM 10.x and per-platform backends for gpt-oss
+    (its model overrides); a spec given by head counts, without an architecture, gets the generic default."""
+    deepseek = dataclasses.replace(DEEPSEEK, block_size=None)
+    assert select(
+        dataclasses.replace(deepseek, architecture="DeepseekV3ForCausalLM"), "b200", engine="sglang"
+    ).backend == ("trtllm_mla")
+    assert select(deepseek, "b200", engine="sglang").backend != "trtllm_mla"
+    res = cli(
+        "--model", "tests/data/models/gpt-oss-120b.json", "--device", "b200", "--engine", "sglang", "--format", "args"
+    )
+    assert res.exit_code == 0 and res.stdout.split()[:2] == ["--attention-backend", "trtllm_mha"], res.output
+    res = cli(
+        "--model", "tests/data/models/gpt-oss-120b.json", "--device", "a100", "--engine", "sglang", "--format", "args"
+    )
+    assert res.stdout.split()[:2] == ["--attention-backend", "triton"], res.output

@@ -108,6 +108,7 @@ def engine_config(spec: "AttentionSpec", device: "DeviceProfile", installed: fro
         qk_rope_head_dim=spec.qk_rope_head_dim,
         v_head_dim=spec.v_head_dim,
         installed=installed,
+        architecture=spec.architecture,
     )
 
 

@@ -60,6 +60,8 @@ class EngineConfig:
     installed: frozenset[str] | None = field(default_factory=frozenset)
     mm_prefix: bool = False
     asymmetric_kv: bool = False
+    #: The model class (config.json ``architectures[0]``); None: unknown, so no per-architecture rule applies.
+    architecture: str | None = None
 
     @property
     def kv_quantized(self) -> bool:
@@ -133,6 +135,8 @@ def _one(key: str, want: Any, cfg: EngineConfig, extra: Mapping[str, Any]) -> bo
         return not holds(want, cfg, extra)
     if key in _BOOL_KEYS:
         return bool(getattr(cfg, key)) == bool(want)
+    if key == "architecture":
+        return cfg.architecture in want
     if key == "cc_major":
         return cfg.cc[0] in want
     if key == "cc":
