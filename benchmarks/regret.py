@@ -123,7 +123,7 @@ def as_stored(db: Path) -> None:
     environment.current_environment = lambda device: _StoredEnvironment(json.loads(fingerprint), digest)
 
 
-def score(out: Path, spec, device: str = "auto") -> dict:  # noqa: ANN001
+def score(out: Path, spec, device: str = "auto", max_model_len: int = 131072) -> dict:  # noqa: ANN001
     import hwtune
     from hwtune.db.store import Store
 
@@ -141,7 +141,7 @@ def score(out: Path, spec, device: str = "auto") -> dict:  # noqa: ANN001
         device=device,
         db=f"sqlite:///{out / 'train.db'}",
         max_num_seqs=256,
-        max_model_len=131072,
+        max_model_len=max_model_len,  # the mix of the engine serving this model
         assume_installed=sim,
         engine=None,  # hwtune's own catalogue: every measured kernel, its own Triton kernel included
     )
@@ -334,10 +334,11 @@ def main() -> int:
             result_file.write_text(json.dumps(result, indent=2))
         if "score" not in steps and not args.score_only:
             continue
-        spec = attention_spec(load_model_config(cfg), tp, kv_layout=args.kv_layout)
+        info = load_model_config(cfg)
+        spec = attention_spec(info, tp, kv_layout=args.kv_layout)
         if args.as_stored:
             as_stored(out / "train.db")
-        result.update(score(out, spec, args.device))
+        result.update(score(out, spec, args.device, info.max_position_embeddings or 131072))
         if args.device == "auto" and "latency" in steps:
             result["latency"] = latencies(out, spec)
         result_file.write_text(json.dumps(result, indent=2))
