@@ -227,11 +227,7 @@ _NOT_KEYED = frozenset({"architecture"})
 
 def _keyed(spec: dict[str, Any]) -> dict[str, Any]:
     """A spec's dict as keys hash it: later fields at their defaults left out, fields that are not measured too."""
-    return {
-        k: v
-        for k, v in spec.items()
-        if k not in _NOT_KEYED and not (k in _LATER_FIELDS and v == _LATER_FIELDS[k])
-    }
+    return {k: v for k, v in spec.items() if k not in _NOT_KEYED and not (k in _LATER_FIELDS and v == _LATER_FIELDS[k])}
 
 
 @dataclass(frozen=True)
