@@ -63,6 +63,11 @@ FLASHINFER_PKG = PackageRequirement(
 )
 
 # --- FLASHINFER ---------------------------------------------------------------------------------------------
+_FI_SINK = (
+    f"sinks through {FI} attention/_core.py BatchAttentionWithAttentionSinkWrapper (AttentionSink JIT variant, "
+    "jit/attention/variants.py: the sink joins the softmax denominator and the returned LSE), as vllm "
+    "flashinfer.py runs FlashInfer prefill with sinks on SM 9.0 / 12.x; hwtune runs it for decode too; no soft-cap"
+)
 _FI_BASE_FEATURES = fs(F.DECODE_LSE, F.SLIDING_WINDOW, F.SOFT_CAP, F.SPEC_DECODE, F.CUDA_GRAPHS)
 
 FLASHINFER = Backend(
@@ -109,10 +114,10 @@ FLASHINFER = Backend(
         Tactic(
             "fa2-tc",
             BOTH,
-            AttentionRules(features=_FI_BASE_FEATURES),
+            AttentionRules(features=_FI_BASE_FEATURES | fs(F.SINKS)),
             compile_s=28,
             summary="fa2 on tensor cores: BatchPrefill backend='fa2'; decode via use_tensor_cores=True",
-            sources={"features": f"{FI} decode.py: use_tensor_cores runs the prefill kernel; return_lse"},
+            sources={"features": f"{FI} decode.py: use_tensor_cores runs the prefill kernel; return_lse; {_FI_SINK}"},
         ),
         Tactic(
             "fa3",
@@ -120,14 +125,14 @@ FLASHINFER = Backend(
             AttentionRules(
                 compute_capabilities=(CCRange((9, 0), (9, 0)),),
                 kv_cache_dtypes=KV_16BIT,
-                features=_FI_BASE_FEATURES,
+                features=_FI_BASE_FEATURES | fs(F.SINKS),
             ),
             compile_s=90,
             summary="Hopper FA3 template (decode through use_tensor_cores=True, backend='fa3')",
             sources={
                 "compute_capabilities": f"{FI} jit/attention/modules.py fa3 built with sm90a flags only",
                 "kv_cache_dtypes": f"{FI} aot.py gen_fa3: dtype_q == dtype_kv (no fp8 KV with 16-bit q)",
-                "features": f"{FI} prefill.py run(return_lse=True)",
+                "features": f"{FI} prefill.py run(return_lse=True); {_FI_SINK}",
             },
         ),
         Tactic(
@@ -137,7 +142,7 @@ FLASHINFER = Backend(
                 compute_capabilities=(CCRange((9, 0), (9, 0)), CCRange((10, 0), (10, 3)), CCRange((12, 0), (12, 1))),
                 kv_cache_dtypes=fs("auto", "float16", "bfloat16", "fp8_e4m3"),
                 head_sizes=multiple_of(16, 16, 256),
-                features=fs(F.SLIDING_WINDOW, F.CUDA_GRAPHS),
+                features=fs(F.SLIDING_WINDOW, F.CUDA_GRAPHS, F.SINKS),
             ),
             compile_s=8,
             summary="TensorRT-LLM XQA decode kernel via trtllm_batch_decode_with_kv_cache(backend='xqa')",
@@ -145,7 +150,9 @@ FLASHINFER = Backend(
                 "compute_capabilities": f"{FI} jit/xqa.py: 'XQA is only supported on SM90, SM100, SM120/SM121'",
                 "kv_cache_dtypes": f"{FI} xqa.py: KV same as q, fp8 e4m3, int8, nvfp4 (SM12x)",
                 "head_sizes": f"{FI} xqa.py: head_dim % 16 == 0 and 16 <= head_dim <= 512",
-                "features": f"{FI} decode.py trtllm_batch_decode_with_kv_cache: LSE only on trtllm-gen",
+                "features": f"{FI} decode.py trtllm_batch_decode_with_kv_cache: LSE only on trtllm-gen; sinks= "
+                "(float32 per query head) handed to xqa_batch_decode_with_kv_cache (xqa.py: sinks "
+                "[num_kv_heads, head_group_ratio]); vllm FlashInferImpl serves sinks on SM 9.0 through XQA",
             },
         ),
         Tactic(
@@ -222,7 +229,10 @@ FLASHINFER = Backend(
         f"{FI} utils.py _unpack_paged_kv_cache",
         "gqa_groups": f"{VLLM}/flashinfer.py: num_qo_heads % num_kv_heads == 0 (any group via tensor cores)",
         "features": f"{VLLM}/flashinfer.py FlashInferImpl.can_return_lse_for_decode=True, window_left, "
-        "logits_soft_cap; sinks only through TRTLLM (supports_sink)",
+        "logits_soft_cap; sinks per tactic (fa2-tc, fa3, xqa, trtllm-gen), as each tactic's source says; "
+        f"not CUDA-core fa2 decode ({FI} decode.py: BatchDecode run(sinks=) reaches only trtllm-gen's paged_run), "
+        f"cudnn (no sink argument) or cute-dsl ({FI} prefill.py: 'the public cute-dsl paged route does not accept "
+        "run-time attention sinks')",
         "packages": "vllm requirements/cuda.txt flashinfer-python",
         "tactics": f"{FI} decode.py / prefill.py backend= values; xqa.py; cudnn/; cute_dsl/",
     },
@@ -270,7 +280,10 @@ FLASH_ATTN = Backend(
             BOTH,
             AttentionRules(kv_cache_dtypes=KV_16BIT, features=_FA_FEATURES),
             summary="FlashAttention-2",
-            sources={"kv_cache_dtypes": f"{VLLM}/fa_utils.py flash_attn_supports_fp8: FA3 on SM90 only"},
+            sources={
+                "kv_cache_dtypes": f"{VLLM}/fa_utils.py flash_attn_supports_fp8: FA3 on SM90 only",
+                "features": "vllm_flash_attn/flash_attn_interface.py: 'FA2 does not support s_aux' (no sinks)",
+            },
         ),
         Tactic(
             "fa3",
@@ -284,7 +297,8 @@ FLASH_ATTN = Backend(
             summary="FlashAttention-3 (Hopper)",
             sources={
                 "compute_capabilities": f"{VLLM}/fa_utils.py get_flash_attn_version: FA3 when major == 9",
-                "features": f"{VLLM}/flash_attn.py supports_sink: FA3 only",
+                "features": f"{VLLM}/flash_attn.py supports_sink; sinks as s_aux, bf16 only (vllm-project/"
+                "flash-attention hopper/flash_api.cpp: 'We only support bf16 dtype for S aux')",
                 "kv_cache_dtypes": f"{VLLM}/fa_utils.py get_fp8_dtype_for_flashattn: e4m3 only",
             },
         ),
@@ -295,7 +309,7 @@ FLASH_ATTN = Backend(
                 compute_capabilities=(CCRange((10, 0)),),
                 kv_cache_dtypes=KV_16BIT,
                 head_sizes=multiple_of(8, 8, 128),
-                features=_FA_FEATURES,
+                features=_FA_FEATURES | fs(F.SINKS),
             ),
             packages=(
                 PackageRequirement("vllm", "", "FA4 ships with vllm_flash_attn", alternatives=("flash-attn-4",)),
@@ -304,6 +318,9 @@ FLASH_ATTN = Backend(
             sources={
                 "compute_capabilities": f"{VLLM}/fa_utils.py: FA4 when major >= 10",
                 "head_sizes": f"{VLLM}/fa_utils.py: FA4 with head_size > 128 on SM10x falls back to FA2",
+                "features": f"{VLLM}/flash_attn.py supports_sink (flash_attn_supports_sinks: FA3 and FA4); "
+                "vllm_flash_attn/flash_attn_interface.py passes s_aux to FA4 as learnable_sink (cute/softmax.py "
+                "finalize adds the sink to the row sum and the LSE)",
             },
         ),
     ),
@@ -403,7 +420,7 @@ FLEX_ATTENTION = Backend(
         block_sizes=multiple_of(16, 16),
         kv_layouts=fs("NHD", "HND"),
         gqa_groups=multiple_of(1),
-        features=fs(F.SLIDING_WINDOW, F.SPEC_DECODE),
+        features=fs(F.SLIDING_WINDOW, F.SPEC_DECODE, F.SINKS),
     ),
     packages=(PackageRequirement("torch", ">=2.5", "flex_attention with enable_gqa"),),
     needs_cuda_torch=False,
@@ -418,7 +435,9 @@ FLEX_ATTENTION = Backend(
         "block_sizes": f"{VLLM}/flex_attention.py get_supported_kernel_block_sizes -> [MultipleOf(16)]",
         "kv_layouts": "hwtune/probes/attention/candidates/flex.py gathers pages in either layout",
         "gqa_groups": "torch flex_attention(enable_gqa=True)",
-        "features": f"{VLLM}/flex_attention.py: sliding window by mask_mod; no soft cap, no sinks, no DCP",
+        "features": f"{VLLM}/flex_attention.py: sliding window by mask_mod; no soft cap, no DCP; sinks as hwtune's "
+        "candidate runs flex (hwtune/probes/attention/candidates/flex.py: a zero-value key slot whose score "
+        "score_mod sets to the sink; vLLM's FLEX_ATTENTION backend does not apply sinks, its engine snapshot says so)",
         "packages": "torch.nn.attention.flex_attention (torch 2.5)",
         "tactics": "hwtune/probes/attention/candidates/flex.py",
     },
@@ -456,7 +475,7 @@ TORCH_SDPA = Backend(
         block_sizes=multiple_of(1),
         kv_layouts=fs("NHD", "HND"),
         gqa_groups=multiple_of(1),
-        features=fs(F.SPEC_DECODE),
+        features=fs(F.SPEC_DECODE, F.SINKS),
     ),
     packages=(PackageRequirement("torch", ">=2.5", "scaled_dot_product_attention(enable_gqa=)"),),
     needs_cuda_torch=False,
@@ -469,9 +488,14 @@ TORCH_SDPA = Backend(
                 compute_capabilities=(CCRange((8, 0)),),
                 dtypes=FP16_BF16,
                 head_sizes=multiple_of(8, 8, 256),
+                features=fs(F.SPEC_DECODE),
             ),
             summary="SDPBackend.FLASH_ATTENTION",
-            sources={"head_sizes": "torch sdp_utils.cpp check_head_dim_size_flash: <= 256, multiple of 8"},
+            sources={
+                "head_sizes": "torch sdp_utils.cpp check_head_dim_size_flash: <= 256, multiple of 8",
+                "features": "no sinks: hwtune's sink key column needs an attention mask, which the flash kernel "
+                "does not take (hwtune/probes/attention/candidates/sdpa.py)",
+            },
         ),
         Tactic(
             "efficient",
@@ -505,7 +529,9 @@ TORCH_SDPA = Backend(
         "block_sizes": "pages are gathered before SDPA: any page size",
         "kv_layouts": "hwtune/probes/attention/candidates/sdpa.py gathers pages in either layout",
         "gqa_groups": f"{_SDPA}(enable_gqa=True)",
-        "features": f"{_SDPA} returns no LSE (no DCP); causal offset mask serves multi-token decode",
+        "features": f"{_SDPA} returns no LSE (no DCP); causal offset mask serves multi-token decode; sinks as "
+        "hwtune's candidate runs SDPA (hwtune/probes/attention/candidates/sdpa.py: one extra key column whose logit is "
+        "the sink, value zero; SDPA has no sink argument)",
         "packages": "torch 2.5 added enable_gqa",
         "tactics": "torch.nn.attention.SDPBackend",
     },

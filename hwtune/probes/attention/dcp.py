@@ -10,6 +10,12 @@ and the two partial results merge by LSE. A wrapper built with the cache's layou
 NHD tensor) is the engine bug this path exists to catch: it crashes or reads the wrong elements, and the gate
 records that instead of a time.
 
+Attention sinks (gpt-oss) belong to the new tokens' kernel only (``DcpPrefillInputs.sinks``); the prefix shares carry
+none (``AttentionProblem.sinks`` is None on each), so the merge by LSE counts each head's sink once whatever the
+number of ranks, and a batch without cached prefix (no shares) still has it. A runner that cannot apply sinks in
+its new-token kernel must refuse a spec with sinks (FlashInfer's does: its ragged wrapper takes none, and vLLM
+refuses sinks in FlashInfer's DCP prefill too).
+
 ``DcpPrefillRunner`` is the contract: a candidate supplies the two kernels (``context``, ``new_tokens``); the
 runner prepares the inputs, merges, and exposes the merged output to the same gate as any runner. For timing,
 ``ranks = (0,)`` makes ``run`` do one rank's work: its share of the prefix, the new tokens and the merges.
@@ -40,6 +46,8 @@ class DcpPrefillInputs:
     v_new: torch.Tensor
     qo_indptr: torch.Tensor  # int32 [batch + 1]: rows of each request in q, k_new and v_new
     problem: AttentionProblem  # the whole batch (spec, layout, cache)
+    #: float32 [num_heads] sink logits for the new tokens' kernel (counted once); None without sinks.
+    sinks: torch.Tensor | None = None
 
 
 def _share_rows(problem: AttentionProblem, dcp_size: int) -> list[tuple[list[int], list[torch.Tensor]]]:
@@ -79,6 +87,7 @@ def _share(problem: AttentionProblem, lens: list[int], rows: list[torch.Tensor])
         kv_last_page_len=torch.tensor(last, dtype=torch.int32, device=dev),
         extras={},
         causal=False,
+        sinks=None,  # the sink goes with the new tokens' kernel, once
     )
 
 
@@ -102,7 +111,7 @@ def dcp_prefill_inputs(problem: AttentionProblem, dcp_size: int) -> DcpPrefillIn
     no_prefix = all(m == n for m, n in zip(problem.query_lens, problem.seq_lens_list))
     shares = [] if no_prefix else [_share(problem, *rows) for rows in _share_rows(problem, dcp_size)]
     k_new, v_new = _new_tokens_kv(problem)
-    return DcpPrefillInputs(shares, problem.q, k_new, v_new, problem.query_start_loc, problem)
+    return DcpPrefillInputs(shares, problem.q, k_new, v_new, problem.query_start_loc, problem, problem.sinks)
 
 
 class DcpPrefillRunner(Runner):

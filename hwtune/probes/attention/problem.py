@@ -10,6 +10,13 @@ Each request ``r`` has ``query_lens[r]`` new tokens at the end of its ``seq_lens
 K/V are already in the cache, as engines write them before attention). The metadata is kept in both forms
 candidates want: vLLM's (block_table, seq_lens, query_start_loc) and FlashInfer's CSR
 (kv_indptr, kv_indices, kv_last_page_len).
+
+Attention sinks (gpt-oss): with ``spec.sinks`` the problem carries ``sinks``, one float32 logit per query head (the
+model's learned ``sinks`` parameter): an extra entry in every row's softmax denominator that contributes no value.
+They are random but seeded (``sink_logits``), N(0, 1) plus the log of the row's expected softmax denominator, so a
+sink takes about half of each row's probability mass and a kernel that drops it is off by order one. Like the
+fp8 scales they are a layer's parameters: the second batch keeps the first batch's tensor (same values, same
+address). A DCP share carries them on one share only (``split_halves``), so that merging by LSE counts the sink once.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from hwtune.core.types import AttentionWorkload
+from hwtune.probes.contract import Unsupported
 
 FP8_MAX = 448.0  # float8_e4m3fn's largest finite value
 POISON = 3.0e4  # what unowned cache slots hold: finite, but ruinous if attended to
@@ -55,6 +63,9 @@ class AttentionProblem:
     extras: dict = field(default_factory=dict)
     #: False for a DCP context share: the queries follow every key in it, so none is masked.
     causal: bool = True
+    #: Attention sinks (gpt-oss): float32 [num_heads] logits, one extra softmax-denominator entry per row with no value;
+    #: None without sinks, and on every DCP share but one (the sink is counted once across shares).
+    sinks: torch.Tensor | None = None
 
     @property
     def spec(self):  # noqa: ANN201 - AttentionSpec
@@ -224,6 +235,8 @@ def build_problem(
     An MLA spec gets an ``MlaProblem`` (latent cache, absorbed queries; ``hwtune.probes.attention.mla``).
     """
     spec = workload.spec
+    if spec.use_mla and spec.sinks:
+        raise Unsupported("hwtune's MLA probe carries no attention sinks (no MLA model uses them)")
     if spec.use_mla:  # one latent KV head, absorbed queries: hwtune.probes.attention.mla
         from hwtune.probes.attention.mla import build_mla_problem
 
@@ -279,7 +292,34 @@ def build_problem(
         kv_last_page_len=last_t,
         softmax_scale=1.0 / math.sqrt(d),
         seed=seed,
+        sinks=_layer_sinks(workload, seed, device, like),
     )
+
+
+def _layer_sinks(
+    workload: AttentionWorkload, seed: int, device: torch.device, like: AttentionProblem | None
+) -> torch.Tensor | None:
+    """The problem's sinks: None without ``spec.sinks``; a layer's parameter, so ``like``'s very tensor when given
+    (kept through later batches, as the fp8 scales are), else ``sink_logits``."""
+    if not workload.spec.sinks:
+        return None
+    return like.sinks if like is not None and like.sinks is not None else sink_logits(workload, seed, device)
+
+
+def sink_logits(workload: AttentionWorkload, seed: int, device: str | torch.device) -> torch.Tensor:
+    """The seeded sink logits of ``workload``'s layer: float32 [num_heads] (bf16 values), N(0, 1) plus
+    log(mean context) + 0.5.
+
+    With unit-variance q and K and the 1/sqrt(d) scale the logits are about N(0, 1), so a row's softmax denominator
+    is about ``n * exp(0.5)`` for ``n`` keys; the offset makes ``exp(sink)`` of that size, so the sink takes roughly
+    half the mass (between about a quarter and three quarters, by head). Drawn from their own generator, so the
+    other tensors of a problem are the same with and without sinks."""
+    _, seq = batch_lengths(workload)
+    g = torch.Generator().manual_seed(seed * 7919 + 17)
+    offset = math.log(max(1.0, sum(seq) / len(seq))) + 0.5
+    sinks = torch.randn(workload.spec.num_heads, generator=g) + offset
+    # values a bf16 checkpoint holds (gpt-oss's are bf16): kernels that take bf16 sinks (FA3's s_aux) get them exactly
+    return sinks.to(torch.bfloat16).float().to(torch.device(device))
 
 
 def _cumsum(xs: list[int]) -> list[int]:
@@ -323,6 +363,8 @@ def split_halves(problem: AttentionProblem) -> tuple[AttentionProblem, Attention
     attention over the whole KV. The cut lies within the cached prefix, so with several query tokens per
     request (speculative decoding) every query sees all of the first half (``causal=False``) and the
     second half ends with the new tokens, where the causal offset applies as in the whole problem.
+    Attention sinks go with the first half only (as vLLM's Triton kernel loads them in KV segment 0 only): a
+    share's LSE includes its sink, so the merge counts the sink exactly once; the second half has none.
     """
     page = problem.page_size
     halves: list[tuple[list[int], list[torch.Tensor]]] = [([], []), ([], [])]
@@ -340,7 +382,7 @@ def split_halves(problem: AttentionProblem) -> tuple[AttentionProblem, Attention
     first = _with_pages(problem, *halves[0])
     if problem.max_query_len > 1:
         first = replace(first, causal=False)
-    return first, _with_pages(problem, *halves[1])
+    return first, replace(_with_pages(problem, *halves[1]), sinks=None)
 
 
 def _with_pages(p: AttentionProblem, lens: list[int], rows: list[torch.Tensor]) -> AttentionProblem:

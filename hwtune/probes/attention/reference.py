@@ -5,6 +5,14 @@ agree with it by accident), dequantises fp8 caches with their scales, and applie
 new tokens (none for a DCP context share, whose queries follow every key), GQA, sliding window and soft-cap
 exactly as the spec says. Queries are processed in chunks so
 that long prefills fit in memory.
+
+Attention sinks (``problem.sinks``, gpt-oss): each head's sink logit is one more entry in every row's softmax
+denominator and contributes no value, ``out = sum_j exp(s_j - lse) v_j`` with
+``lse = log(exp(sink) + sum_j exp(s_j))``; the sink is not soft-capped or masked (it is not a position). The
+returned LSE includes the sink. That is what FlashInfer's sink kernels return (its fa3 variant's
+``OnlineSoftmaxWithSink.finalize`` folds the sink into the row sum it returns as the LSE) and what makes a DCP merge
+exact: shares merged by LSE (``merge_by_lse``) equal the whole when exactly one share carries the sink
+(``problem.split_halves``; vLLM's Triton kernel likewise loads the sink in KV segment 0 only).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ def reference_attention(problem: AttentionProblem) -> tuple[torch.Tensor, torch.
     out = torch.empty(problem.num_tokens, spec.num_heads, spec.head_size, dtype=torch.float32, device=problem.q.device)
     lse = torch.empty(problem.num_tokens, spec.num_heads, dtype=torch.float32, device=problem.q.device)
     group = spec.num_heads // spec.num_kv_heads
+    sinks = None if problem.sinks is None else problem.sinks.float().to(problem.q.device)  # [h]
     for r in range(problem.batch):
         k, v = problem.gather_kv(r)  # [n, hk, d] float32
         n = k.shape[0]
@@ -53,6 +62,8 @@ def reference_attention(problem: AttentionProblem) -> tuple[torch.Tensor, torch.
                 visible &= keys > pos - spec.sliding_window
             scores = scores.masked_fill(~visible, -math.inf)
             chunk_lse = torch.logsumexp(scores, dim=-1)  # [h, c]
+            if sinks is not None:  # one more denominator entry per row, with no value
+                chunk_lse = torch.logaddexp(chunk_lse, sinks[:, None])
             probs = torch.exp(scores - chunk_lse[..., None])
             out[sl][c0:c1] = torch.matmul(probs, v).transpose(0, 1)
             lse[sl][c0:c1] = chunk_lse.transpose(0, 1)

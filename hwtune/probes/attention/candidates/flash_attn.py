@@ -3,6 +3,11 @@
 vLLM's bundled ``vllm.vllm_flash_attn`` is preferred (it takes ``seqused_k`` and any page size that is a
 multiple of 16); otherwise Dao-AILab's ``flash_attn`` (whose paged KV needs pages of a multiple of 256
 tokens). Tactics pick the FlashAttention version (``fa_version`` 2 or 3 in vllm_flash_attn).
+
+Attention sinks (gpt-oss) go in as ``s_aux`` (bf16 per query head, as FA3 requires), which vllm_flash_attn's FA3
+and FA4 take (``flash_attn_varlen_func(s_aux=...)``; FA4 as ``learnable_sink``, whose LSE includes the sink) and FA2
+refuses ("FA2 does not support s_aux"); Dao-AILab's flash_attn has no such argument. Those two are unsupported with
+sinks.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ class FlashAttnRunner(Runner):
     returns_lse = True
     supports_graphs = False
 
-    def __init__(self, tactic: str) -> None:
+    def __init__(self, tactic: str, sinks: bool = False) -> None:
         super().__init__()
         found = _module()
         assert found is not None
@@ -46,6 +51,11 @@ class FlashAttnRunner(Runner):
         self.version = _VERSIONS[tactic]
         if self.flavour == "flash_attn" and self.version != 2:
             raise Unsupported(f"the flash_attn package provides FlashAttention-2 only, not tactic {tactic}")
+        if sinks and (self.flavour != "vllm_flash_attn" or self.version == 2):
+            raise Unsupported(
+                "attention sinks need s_aux, which only vllm_flash_attn's FA3 and FA4 take (FA2 raises 'FA2 does not "
+                "support s_aux'; Dao-AILab's flash_attn has no sink argument)"
+            )
         self.problem: AttentionProblem | None = None
 
     def prepare(self, p: AttentionProblem) -> None:
@@ -58,6 +68,9 @@ class FlashAttnRunner(Runner):
             )
         self._alloc(p, lse=True)
         self.problem = p
+        # FA3 takes bf16 sinks only (hopper/flash_api.cpp: 'We only support bf16 dtype for S aux'), FA4 bf16 too;
+        # the problem's sinks are bf16 values, so nothing is rounded
+        self.s_aux = None if p.sinks is None else p.sinks.to(torch.bfloat16).contiguous()
         self.cu_k = torch.cat([torch.zeros(1, dtype=torch.int32, device=p.q.device), p.seq_lens.cumsum(0)]).int()
 
     def run(self) -> None:
@@ -84,6 +97,7 @@ class FlashAttnRunner(Runner):
                 return_softmax_lse=True,
                 fa_version=self.version,
                 out=self.out,
+                **({"s_aux": self.s_aux} if self.s_aux is not None else {}),
                 **common,
             )
         else:
@@ -118,4 +132,4 @@ class FlashAttnCandidate(Candidate):
     def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
         if tactic not in _VERSIONS:
             raise Unsupported(f"FLASH_ATTN has no tactic {tactic!r}")
-        return FlashAttnRunner(tactic)
+        return FlashAttnRunner(tactic, sinks=workload.spec.sinks)

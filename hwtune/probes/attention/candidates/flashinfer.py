@@ -6,6 +6,15 @@
 - ``xqa``: ``trtllm_batch_decode_with_kv_cache(backend="xqa")`` (decode; no LSE);
 - ``cudnn``: the prefill wrapper's cuDNN backend; ``trtllm-gen`` / ``cute-dsl``: the wrappers' backends
   of those names (Blackwell only; the catalogue rejects them elsewhere before they get here).
+Attention sinks (gpt-oss; ``problem.sinks``, float32 per query head), as FlashInfer 0.6.18 can take them:
+``fa2-tc`` / ``fa3`` run ``flashinfer.BatchAttentionWithAttentionSinkWrapper`` (the prefill wrapper with the
+``AttentionSink`` JIT variant, as vLLM runs FlashInfer prefill with sinks on SM 9.0 / 12.x; sinks and
+``sm_scale`` (times ``k_scale``) are its positional ``run`` arguments) for decode and prefill alike; ``xqa`` passes
+``sinks=`` to ``trtllm_batch_decode_with_kv_cache``; ``trtllm-gen`` passes ``sinks=`` to the wrappers' ``run``. The
+BatchDecode/BatchPrefill wrappers' own ``sinks=`` reaches only the trtllm-gen kernels (their fa2/fa3 ``paged_run``
+drops it), so CUDA-core ``fa2`` is refused, as are ``cudnn`` (no sink argument) and ``cute-dsl`` (its paged route
+raises for run-time sinks) and FlashInfer's DCP prefill path (its ragged wrapper takes no sinks; vLLM refuses sinks
+there too). A DCP share without the sink (``split_halves``) runs the plain prefill wrapper.
 FlashInfer returns base-2 LSE; ``lse_natural`` converts outside the timed call. Decode and xqa are
 CUDA-graph capturable (the decode wrapper in ``use_cuda_graph`` mode re-plans into fixed buffers). With
 DCP, a prefill runs the DCP prefill path (``FlashInferDcpPrefillRunner``: paged context shares plus ragged new
@@ -46,7 +55,11 @@ class FlashInferRunner(Runner):
         self.tactic = tactic
         spec = workload.spec
         single = workload.phase == "decode" and spec.query_len_decode == 1
-        if tactic == "xqa":
+        if spec.sinks:
+            _check_sinks(spec, tactic, single)
+        if spec.sinks and tactic in ("fa2-tc", "fa3"):
+            self.mode = "sink"
+        elif tactic == "xqa":
             if not single:
                 raise Unsupported("xqa runs single-token decode only in hwtune's FLASHINFER candidate")
             self.mode = "xqa"
@@ -60,8 +73,9 @@ class FlashInferRunner(Runner):
                 f"{spec.query_len_decode} query tokens per request"
             )
         self.supports_graphs = self.mode in ("decode", "xqa")
-        self.supports_non_causal = self.mode == "prefill"  # the prefill wrapper plans with causal=problem.causal
-        self.returns_lse = self.mode in ("decode", "prefill")
+        # the prefill wrappers (the sink wrapper is one) plan with causal=problem.causal
+        self.supports_non_causal = self.mode in ("prefill", "sink")
+        self.returns_lse = self.mode in ("decode", "prefill", "sink")
         self.wrapper: Any = None
         self.problem: AttentionProblem | None = None
 
@@ -91,8 +105,14 @@ class FlashInferRunner(Runner):
             kv_data_type=kv_dtype,
             sm_scale=p.softmax_scale,
         )
+        if self.mode == "sink" and p.sinks is None:  # a DCP share without the sink (a runner serves one share)
+            if self.wrapper is not None:
+                raise ValueError("a FlashInfer sink runner was planned with sinks and then without")
+            self.mode = "prefill"  # the plain prefill wrapper, same backend
         if self.mode == "decode":
             self._plan_decode(p, common)
+        elif self.mode == "sink":
+            self._plan_sink(p, common)
         else:
             self._plan_prefill(p, common)
 
@@ -156,12 +176,46 @@ class FlashInferRunner(Runner):
             **extra,
         )
 
+    def _plan_sink(self, p: AttentionProblem, common: dict[str, Any]) -> None:
+        """``BatchAttentionWithAttentionSinkWrapper`` (the prefill wrapper with FlashInfer's AttentionSink variant, fa2
+        or fa3 as the tactic says), built once, then planned as the prefill wrapper is (``causal=problem.causal``)."""
+        spec = p.spec
+        if self.wrapper is None:
+            self.wrapper = self.fi.BatchAttentionWithAttentionSinkWrapper(
+                self.workspace,
+                p.layout,
+                backend=_PREFILL_BACKEND[self.tactic],
+                q_data_type=p.q.dtype,
+                kv_data_type=p.kv_cache.dtype,
+                head_dim_qk=spec.head_size,
+                head_dim_vo=spec.head_size,
+                window_left=self._window(p),
+            )
+        self.wrapper.plan(
+            p.query_start_loc,
+            p.kv_indptr,
+            p.kv_indices,
+            p.kv_last_page_len,
+            spec.num_heads,
+            spec.num_kv_heads,
+            spec.head_size,
+            p.page_size,
+            causal=p.causal,
+            **common,
+        )
+
     def run(self) -> None:
         p = self.problem
         assert p is not None and self.out is not None
         scales = {}
         if p.is_fp8:
             scales = dict(k_scale=p.k_scale, v_scale=p.v_scale)
+        if self.mode == "sink":  # sinks and sm_scale are the variant's positional arguments; k_scale folded in
+            sm_scale = p.softmax_scale * p.k_scale
+            v_scale = dict(v_scale=p.v_scale) if p.is_fp8 else {}
+            self.wrapper.run(p.q, p.kv_cache, p.sinks, sm_scale, out=self.out, lse=self.lse, return_lse=True, **v_scale)
+            return
+        sinks = dict(sinks=p.sinks) if p.sinks is not None else {}  # xqa and trtllm-gen only (_check_sinks)
         if self.mode == "xqa":
             self.fi.decode.trtllm_batch_decode_with_kv_cache(
                 p.q,
@@ -176,9 +230,27 @@ class FlashInferRunner(Runner):
                 out=self.out,
                 kv_layout=p.layout,
                 backend="xqa",
+                **sinks,
             )
         else:
-            self.wrapper.run(p.q, p.kv_cache, out=self.out, lse=self.lse, return_lse=True, **scales)
+            self.wrapper.run(p.q, p.kv_cache, out=self.out, lse=self.lse, return_lse=True, **scales, **sinks)
+
+
+def _check_sinks(spec: Any, tactic: str, single: bool) -> None:
+    """Refuse (Unsupported) a tactic whose FlashInfer 0.6.18 kernel cannot apply attention sinks (module docstring)."""
+    if tactic == "fa2" and single:
+        raise Unsupported(
+            "FlashInfer 0.6.18's BatchDecode wrapper hands sinks only to trtllm-gen kernels; its CUDA-core fa2 decode "
+            "would drop them (use fa2-tc, fa3 or xqa for attention sinks)"
+        )
+    if tactic == "cudnn":
+        raise Unsupported("FlashInfer 0.6.18's cuDNN prefill takes no attention sinks")
+    if tactic == "cute-dsl":
+        raise Unsupported(
+            "FlashInfer 0.6.18's cute-dsl paged route raises for run-time attention sinks (plan-time variant only)"
+        )
+    if tactic in ("fa2-tc", "fa3") and spec.logits_soft_cap is not None:
+        raise Unsupported("FlashInfer 0.6.18's AttentionSink variant applies no logits soft-cap")
 
 
 class FlashInferDcpPrefillRunner(DcpPrefillRunner):
@@ -191,6 +263,11 @@ class FlashInferDcpPrefillRunner(DcpPrefillRunner):
         super().__init__(workload.spec.dcp_size)
         if tactic not in _PREFILL_BACKEND or tactic == "cudnn":
             raise Unsupported(f"FlashInfer tactic {tactic} has no ragged prefill path for DCP in hwtune")
+        if workload.spec.sinks:
+            raise Unsupported(
+                "FlashInfer 0.6.18's ragged prefill wrapper (the DCP prefill path's new-token kernel) takes no "
+                "attention sinks; vLLM refuses sinks in FlashInfer's DCP prefill too (BatchDCPPrefillWrapper)"
+            )
         if workload.spec.kv_cache_dtype.startswith("fp8"):
             raise Unsupported(
                 "hwtune's DCP prefill check keeps new tokens in the model dtype; an fp8 cache is not modelled"

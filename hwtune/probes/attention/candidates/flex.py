@@ -6,6 +6,11 @@ the whole batch are packed into one sequence. The mask maps each physical cache 
 request and logical position through the page table, so a query sees exactly its own request's tokens up
 to its position (and within the sliding window). Building the mask is per-step metadata (``prepare``,
 not timed); the compiled ``flex_attention`` call is timed.
+
+Attention sinks (gpt-oss; flex has no sink argument, and its compiled CPU path returns no LSE to correct the
+output by): flex's cache copy gets one more page of zeros, whose first slot is the sink's key. The mask lets every
+query see it and ``score_mod`` replaces its score by the head's sink logit; its value is zero. So the softmax
+denominator gains ``exp(sink)`` and the output nothing, exactly, and the returned LSE (CUDA) includes the sink.
 """
 
 from __future__ import annotations
@@ -27,6 +32,31 @@ def _flex():  # noqa: ANN202 - the compiled callable
     return _COMPILED["fn"]
 
 
+def _flex_cache(problem: AttentionProblem) -> tuple[torch.Tensor, torch.Tensor]:
+    """K and V in flex's own layout ``[1, kv_heads, slots, dim]``, copied from the engine cache (not timed: it is the
+    engine's cache); with sinks, one more page of zeros, whose first slot is the sink's key (module docstring)."""
+    k, v = problem.k_cache(), problem.v_cache()
+    if problem.layout == "HND":
+        k, v = k.transpose(1, 2), v.transpose(1, 2)  # -> [pages, page, H, D]
+    if problem.sinks is not None:
+        k = torch.cat([k, k.new_zeros(1, *k.shape[1:])])
+        v = torch.cat([v, v.new_zeros(1, *v.shape[1:])])
+    slots = k.shape[0] * k.shape[1]
+    return (
+        k.reshape(slots, *k.shape[2:]).transpose(0, 1)[None].contiguous(),
+        v.reshape(slots, *v.shape[2:]).transpose(0, 1)[None].contiguous(),
+    )
+
+
+def _sink_score_mod(sinks: torch.Tensor, sink_slot: int):  # noqa: ANN202 - flex's score_mod
+    """A flex ``score_mod`` that sets the sink slot's score to each head's sink logit and leaves every other score."""
+
+    def score_mod(score, b, h, q_idx, kv_idx):  # noqa: ANN001, ANN202 - flex's calling convention
+        return torch.where(kv_idx == sink_slot, sinks[h].to(score.dtype), score)
+
+    return score_mod
+
+
 class FlexRunner(Runner):
     """Wraps ``torch.compile(flex_attention)`` over the cache copied into flex's contiguous layout, with a block mask
     built from the page table in ``prepare``; returns LSE on CUDA only (inductor's CPU lowering lacks it)."""
@@ -45,16 +75,12 @@ class FlexRunner(Runner):
         dev = problem.q.device
         page = problem.page_size
         spec = problem.spec
-        # flex's own cache layout, refreshed from the engine cache (not timed: it is the engine's cache)
-        k, v = problem.k_cache(), problem.v_cache()
-        if problem.layout == "HND":
-            k, v = k.transpose(1, 2), v.transpose(1, 2)  # -> [pages, page, H, D]
-        n_pages = k.shape[0]
-        self.k = k.reshape(n_pages * page, *k.shape[2:]).transpose(0, 1)[None].contiguous()
-        self.v = v.reshape(n_pages * page, *v.shape[2:]).transpose(0, 1)[None].contiguous()
-
-        owner = torch.full((n_pages,), -1, dtype=torch.int32)
-        lpage = torch.zeros(n_pages, dtype=torch.int32)
+        sinks = problem.sinks
+        self.k, self.v = _flex_cache(problem)
+        kv_len = self.k.shape[2]
+        sink_slot = problem.kv_cache.shape[0] * page  # the first slot of the extra page, when there are sinks
+        owner = torch.full((kv_len // page,), -1, dtype=torch.int32)
+        lpage = torch.zeros(kv_len // page, dtype=torch.int32)
         table = problem.block_table.cpu()
         for r, n in enumerate(problem.seq_lens_list):
             used = -(-n // page)
@@ -75,14 +101,17 @@ class FlexRunner(Runner):
             visible = (owner_d[pg] == req_d[q_idx]) & (lpos <= qpos_d[q_idx])
             if window is not None:
                 visible = visible & (lpos > qpos_d[q_idx] - window)
+            if sinks is not None:
+                visible = visible | (kv_idx == sink_slot)
             return visible
 
+        self.score_mod = None if sinks is None else _sink_score_mod(sinks.float().to(dev), sink_slot)
         self.block_mask = create_block_mask(
             mask_mod,
             B=None,
             H=None,
             Q_LEN=problem.num_tokens,
-            KV_LEN=n_pages * page,
+            KV_LEN=kv_len,
             device=str(dev),
             _compile=dev.type == "cuda",
         )
@@ -95,6 +124,7 @@ class FlexRunner(Runner):
             q,
             self.k,
             self.v,
+            score_mod=self.score_mod,
             block_mask=self.block_mask,
             scale=p.softmax_scale,
             enable_gqa=p.spec.gqa_group > 1,

@@ -4,6 +4,14 @@ The gather is part of the timed call (it is what an engine using SDPA over a pag
 step), so SDPA pays for reading the KV twice; docs/probes.md says so next to its figures. Tactics pick the
 SDPA kernel (flash, efficient, cudnn, math). Kernels that take no attention mask (flash) run only batches
 that need none: uniform lengths, and either single-token decode or prefill without a cached prefix.
+
+Attention sinks (gpt-oss; SDPA has no sink argument and returns no LSE to correct by): one extra key column whose
+logit is the sink and whose value is zero. K and V get one more key (value zero) and 8 more dimensions (zero on
+every real key); the query gets the sink / scale in two of them (split into a model-dtype high and low part, so a
+bf16 query carries the sink to about 2^-16 of it), and the extra key is 1 there; so ``q . k_sink * scale = sink``
+and every other score is unchanged. The extra column and copies are in the timed call (an engine using SDPA for
+a model with sinks would pay them too). Every query sees the sink column, so a batch with sinks always takes a
+mask (flash, which takes none, is then unsupported).
 """
 
 from __future__ import annotations
@@ -15,6 +23,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from hwtune.core.types import AttentionWorkload
 from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported
 from hwtune.probes.attention.problem import AttentionProblem, _cumsum
+
+#: Extra head dimensions that carry the sink (a multiple of 8, as SDPA's fused kernels want head sizes).
+SINK_DIMS = 8
 
 _KERNELS = {
     "flash": SDPBackend.FLASH_ATTENTION,
@@ -61,15 +72,16 @@ class SdpaRunner(Runner):
         b = problem.batch
         self.is_causal = False
         self.mask: torch.Tensor | None = None
-        if uniform and self.mq == 1:
+        self.sinks = problem.sinks
+        if uniform and self.mq == 1 and self.sinks is None:
             pass  # every query sees its whole context: no mask
-        elif uniform and qlens[0] == lens[0]:
+        elif uniform and qlens[0] == lens[0] and self.sinks is None:
             self.is_causal = True  # prefill from empty: SDPA's top-left causal mask is the right one
         else:
             if self.tactic == "flash":
                 raise Unsupported(
                     "SDPA's flash kernel takes no attention mask; this batch needs one "
-                    "(mixed lengths or new tokens on a cached prefix)"
+                    "(mixed lengths, new tokens on a cached prefix, or the attention sinks' extra key column)"
                 )
             seq = torch.tensor(lens, device=dev)[:, None, None]
             ql = torch.tensor(qlens, device=dev)[:, None, None]
@@ -79,6 +91,16 @@ class SdpaRunner(Runner):
             self.mask = ((kj <= seq - ql + qi) & (kj < seq) & valid_q)[:, None]  # [B, 1, Mq, S]
             # rows of padding queries see nothing; give them one key so no kernel divides by zero
             self.mask[:, :, :, 0] |= ~valid_q[:, None, :, 0]
+            if self.sinks is not None:  # the sink column, last, is seen by every query
+                ones = torch.ones(b, 1, self.mq, 1, dtype=torch.bool, device=dev)
+                self.mask = torch.cat([self.mask, ones], dim=-1)
+        if self.sinks is not None:
+            # the query's extra dimensions: sink / scale as a high and a low part in the model dtype
+            c = (self.sinks.float() / problem.softmax_scale).to(dev)  # [H]
+            hi = c.to(problem.q.dtype)
+            lo = (c - hi.float()).to(problem.q.dtype)
+            self.q_extra = torch.zeros(problem.spec.num_heads, SINK_DIMS, dtype=problem.q.dtype, device=dev)
+            self.q_extra[:, 0], self.q_extra[:, 1] = hi, lo
         starts = torch.tensor([0] + _cumsum(qlens)[:-1], device=dev)
         offs = torch.arange(self.mq, device=dev)[None, :]
         self.q_valid = offs < torch.tensor(qlens, device=dev)[:, None]  # [B, Mq]
@@ -92,6 +114,8 @@ class SdpaRunner(Runner):
         k, v = gather_padded(p, self.length)
         q = p.q if self.mq == 1 and self.q_valid.all() else p.q[self.q_src.reshape(-1)]
         q = q.reshape(self.b, self.mq, *p.q.shape[1:]).transpose(1, 2)  # [B, H, Mq, D]
+        if self.sinks is not None:
+            q, k, v = self._with_sink_column(q, k, v)
         if self.expand:
             g = p.spec.gqa_group
             k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
@@ -110,7 +134,22 @@ class SdpaRunner(Runner):
             if "No available kernel" in str(exc):
                 raise Unsupported(f"SDPA {self.tactic} kernel refused this shape: {str(exc).splitlines()[0]}") from None
             raise
+        if self.sinks is not None:
+            o = o[..., : p.spec.head_size]
         self.out.copy_(o.transpose(1, 2)[self.q_valid])
+
+    def _with_sink_column(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, K, V with the sink's key column (last) and ``SINK_DIMS`` more dimensions (module docstring)."""
+        b, hk, s, d = k.shape
+        k2 = k.new_zeros(b, hk, s + 1, d + SINK_DIMS)
+        v2 = v.new_zeros(b, hk, s + 1, d + SINK_DIMS)
+        k2[:, :, :s, :d] = k
+        v2[:, :, :s, :d] = v
+        k2[:, :, s, d : d + 2] = 1.0  # the sink key: q_extra . (1, 1) = sink / scale
+        q2 = torch.cat([q, self.q_extra[None, :, None, :].expand(b, -1, q.shape[2], -1)], dim=-1)
+        return q2, k2, v2
 
 
 class SdpaCandidate(Candidate):

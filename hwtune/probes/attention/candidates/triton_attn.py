@@ -124,4 +124,6 @@ class TritonAttnCandidate(Candidate):
     def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
         if tactic not in ("auto", "tuned"):
             raise Unsupported(f"TRITON_ATTN has no tactic {tactic!r}")
+        if workload.spec.sinks:
+            raise Unsupported("hwtune's Triton attention kernel does not apply attention sinks")
         return TritonAttnRunner(tactic)
