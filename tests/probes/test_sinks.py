@@ -239,7 +239,7 @@ def test_catalogue_declares_which_tactics_take_sinks() -> None:
     assert "fa2" not in _sink_tactics("FLASHINFER", "b200") and "cudnn" not in _sink_tactics("FLASHINFER", "b200")
     assert _sink_tactics("FLASH_ATTN", "h100") == {"fa3"}
     assert _sink_tactics("FLASH_ATTN", "b200") == {"fa4"}
-    assert _sink_tactics("TORCH_SDPA", "h100") == {"efficient", "cudnn", "math"}  # not flash: it takes no mask
+    assert _sink_tactics("TORCH_SDPA", "h100") == {"efficient", "math"}  # flash takes no mask; cudnn's is wrong
     assert _sink_tactics("FLEX_ATTENTION", "h100") == {"compiled"}
     assert not _sink_tactics("HWTUNE_TRITON_ATTN", "h100")
 

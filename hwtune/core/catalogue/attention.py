@@ -511,11 +511,15 @@ TORCH_SDPA = Backend(
                 compute_capabilities=(CCRange((9, 0)),),
                 dtypes=FP16_BF16,
                 head_sizes=multiple_of(8, 8, 128),
+                features=fs(F.SPEC_DECODE),
             ),
             summary="SDPBackend.CUDNN_ATTENTION",
             sources={
                 "compute_capabilities": "torch sdp_utils.cpp check_cudnn_hardware_support (sm90+ default)",
                 "head_sizes": "torch sdp_utils.cpp check_cudnn_tensor_shapes: head dim <= 128",
+                "features": "no sinks: hwtune's sink key column needs a boolean mask, and the cuDNN kernel gave wrong "
+                "answers with one (H100 2026-11-21, docs/catalogue.md); with sinks it was wrong_answer again (gpt-oss "
+                "decode 16 x 4096, H100 2026-11-25, relative L2 2.3e5)",
             },
         ),
         Tactic("math", BOTH, AttentionRules(), summary="SDPBackend.MATH (reference-grade, runs on CPU)"),
