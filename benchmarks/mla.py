@@ -1,5 +1,5 @@
-"""MLA decode at DeepSeek-V3 shapes through hwtune's probe path (issue 19; docs/probes.md "MLA", docs/kernels.md
-"HWTUNE_TRITON_MLA").
+"""MLA decode and prefill at DeepSeek-V3 shapes through hwtune's probe path (issue 19; docs/probes.md "MLA",
+docs/kernels.md "HWTUNE_TRITON_MLA").
 
 Every MLA candidate hwtune runs (FLASHINFER_FA_MLA fa2 / fa3, HWTUNE_TRITON_MLA auto, HWTUNE_TORCH_MLA eager;
 each where the catalogue says it is valid on this GPU) goes through ``measure_attention``: the correctness gate
@@ -13,9 +13,16 @@ kernel variant is compiled: FlashInfer once per tactic, hwtune's kernel once per
 the correctness gate and the timing, and keeps its seconds as the row's ``compile_s``; the summary lists the largest
 per candidate (its JIT) apart from the run time.
 
+Prefill rows (``--prefill-heads``, default 16): one request, a chunk of ``--chunks`` (512, 2048, 8192) new tokens on a
+cached prefix of ``--prefixes`` (0, 8192, 32768), every valid tactic: the absorbed ones (fa2, fa3, auto, eager) and
+the non-absorbed ``mha-*`` (FlashInfer's ragged wrapper, cuDNN, SDPA, eager; docs/probes.md "MLA prefill"; their
+gather and up-projection are not timed). Each has its attention TFLOP/s (``attn_TFLOPs``: 2 * heads * (192 + 128)
+FLOPs per (query, visible key) pair, causal, end-aligned).
+
 A time budget (``--budget-s``, default 420) guards the whole run: rows are measured in order of interest (the page
-64 grid from the longest contexts down, then the page sweep) and the rest are listed as skipped. The torch
-candidate is measured only up to ``--torch-max-tokens`` (batch x context) per row.
+64 grid from the longest contexts down, the prefill rows, then the page sweep) and the rest are listed as skipped.
+The torch candidate is measured only up to ``--torch-max-tokens`` (batch x context) per decode row and
+``--torch-max-pairs`` (chunk x context) per prefill row.
 
     python benchmarks/mla.py --out FILE.json        (needs a CUDA GPU; flashinfer for FlashInfer's rows)
 """
@@ -70,20 +77,33 @@ def copy_bandwidth_gbps() -> float:
     return 2 * nbytes / sorted(times)[len(times) // 2] / 1e9
 
 
-def work_list(args: argparse.Namespace) -> list[tuple[int, int, int, int]]:
-    """(heads, page, batch, context) in the order of interest: the grid at the grid page from the longest contexts
-    and largest batches down, then the page sweep at (64, 8192) and (1, 32768)."""
+def work_list(args: argparse.Namespace) -> list[tuple[str, int, int, int, int, int]]:
+    """(phase, heads, page, batch, context, query_len) in the order of interest: the decode grid at the grid page from
+    the longest contexts and largest batches down, the prefill chunks on their prefixes (longest first), then the
+    decode page sweep at (64, 8192) and (1, 32768)."""
     items = []
     for heads in args.heads:
         for ctx in sorted(args.contexts, reverse=True):
             for batch in sorted(args.batches, reverse=True):
-                items.append((heads, args.grid_page, batch, ctx))
+                items.append(("decode", heads, args.grid_page, batch, ctx, 1))
+    for heads in args.prefill_heads:
+        for prefix in sorted(args.prefixes, reverse=True):
+            for chunk in sorted(args.chunks, reverse=True):
+                items.append(("prefill", heads, args.grid_page, 1, prefix + chunk, chunk))
     for heads in args.heads:
         for page in args.pages:
             for batch, ctx in ((64, 8192), (1, 32768)):
                 if page != args.grid_page:
-                    items.append((heads, page, batch, ctx))
+                    items.append(("decode", heads, page, batch, ctx, 1))
     return items
+
+
+def attention_flops(w: AttentionWorkload) -> float:
+    """FLOPs of the (non-absorbed) attention: 2 * heads * (192 + 128) per (query, visible key) pair, causal and
+    aligned to the end of the context."""
+    m, n = (w.query_len, w.context_len) if w.phase == "prefill" else (1, w.context_len)
+    pairs = m * (n - m) + m * (m + 1) / 2
+    return 2.0 * w.spec.num_heads * (192 + 128) * pairs * w.batch
 
 
 def candidates(w: AttentionWorkload, profile, args: argparse.Namespace) -> list[Planned]:  # noqa: ANN001
@@ -95,6 +115,12 @@ def candidates(w: AttentionWorkload, profile, args: argparse.Namespace) -> list[
             continue
         if p.backend == "HWTUNE_TORCH_MLA" and w.batch * w.context_len > args.torch_max_tokens:
             continue
+        if (
+            p.backend == "HWTUNE_TORCH_MLA"
+            and w.phase == "prefill"
+            and w.query_len * w.context_len > args.torch_max_pairs
+        ):
+            continue
         out.append(p)
     return out
 
@@ -103,8 +129,11 @@ def row(rec, w: AttentionWorkload, copy_gbps: float) -> dict:  # noqa: ANN001
     """One result row: shape, candidate, status, median, KV bytes per second and its fraction of the copy rate."""
     s = rec.stats
     kv_bytes = w.batch * w.context_len * LATENT_BYTES
-    gbps = kv_bytes / (s.median_us * 1e-6) / 1e9 if s else None
+    gbps = kv_bytes / (s.median_us * 1e-6) / 1e9 if s and w.phase == "decode" else None
     return {
+        "phase": w.phase,
+        "query_len": w.query_len if w.phase == "prefill" else 1,
+        "attn_TFLOPs": attention_flops(w) / (s.median_us * 1e-6) / 1e12 if s and w.phase == "prefill" else None,
         "heads": w.spec.num_heads,
         "page": w.spec.block_size,
         "batch": w.batch,
@@ -131,8 +160,12 @@ def row(rec, w: AttentionWorkload, copy_gbps: float) -> dict:  # noqa: ANN001
 def _print(r: dict) -> None:
     us = f"{r['median_us']:9.1f} us" if r["median_us"] else r["status"]
     frac = f"{r['frac_copy_bw']:.2f} of copy bw" if r["frac_copy_bw"] else (r["message"][:80] or "")
+    if r["attn_TFLOPs"]:
+        frac = f"{r['attn_TFLOPs']:.0f} attention TFLOP/s"
     shape = f"h{r['heads']} page{r['page']} b{r['batch']} ctx{r['context']}"
-    print(f"{shape:<28} {r['backend']}/{r['tactic']:<6} {us:>14}  {frac}", flush=True)
+    if r["phase"] == "prefill":
+        shape = f"prefill h{r['heads']} chunk{r['query_len']} prefix{r['context'] - r['query_len']}"
+    print(f"{shape:<34} {r['backend']}/{r['tactic']:<12} {us:>14}  {frac}", flush=True)
 
 
 def run(args: argparse.Namespace, profile, pool: WorkerPool, copy_gbps: float) -> tuple[list, list]:  # noqa: ANN001
@@ -140,11 +173,13 @@ def run(args: argparse.Namespace, profile, pool: WorkerPool, copy_gbps: float) -
     deadline = time.monotonic() + args.budget_s
     timing = TimingOptions(time_cap_s=args.time_cap)
     rows, skipped = [], []
-    for heads, page, batch, ctx in work_list(args):
+    for phase, heads, page, batch, ctx, query_len in work_list(args):
         if time.monotonic() + args.reserve_s > deadline:
-            skipped.append({"heads": heads, "page": page, "batch": batch, "context": ctx})
+            skipped.append(
+                {"phase": phase, "heads": heads, "page": page, "batch": batch, "context": ctx, "query_len": query_len}
+            )
             continue
-        w = AttentionWorkload(mla_spec(heads, page), "decode", batch, ctx)
+        w = AttentionWorkload(mla_spec(heads, page), phase, batch, ctx, query_len=query_len)
         planned = candidates(w, profile, args)
         recs = measure_attention(w, planned, device="cuda", profile=profile, timing=timing, pool=pool, timeout_s=300)
         for rec in recs:
@@ -183,12 +218,16 @@ def summary(rows: list) -> None:
         jit[name] = max(jit.get(name, 0.0), r["compile_s"] or 0.0)
         if r["status"] != "ok":
             continue
-        key = (r["heads"], r["page"], r["batch"], r["context"])
+        key = (r["phase"], r["heads"], r["page"], r["batch"], r["context"], r["query_len"])
         if key not in best or r["median_us"] < best[key]["median_us"]:
             best[key] = r
-    print("\nfastest per shape (heads, page, batch, context): backend/tactic, median us, fraction of copy bandwidth")
+    print(
+        "\nfastest per shape (phase, heads, page, batch, context, query_len): backend/tactic, median us, fraction of "
+        "copy bandwidth (decode) or attention TFLOP/s (prefill)"
+    )
     for key, r in sorted(best.items()):
-        print(f"  {key}: {r['backend']}/{r['tactic']} {r['median_us']:.1f} us {r['frac_copy_bw']:.2f}")
+        figure = f"{r['frac_copy_bw']:.2f}" if r["phase"] == "decode" else f"{r['attn_TFLOPs']:.0f} TFLOP/s"
+        print(f"  {key}: {r['backend']}/{r['tactic']} {r['median_us']:.1f} us {figure}")
     print("first call (JIT included), largest per candidate: " + ", ".join(f"{k} {v:.1f} s" for k, v in jit.items()))
 
 
@@ -204,8 +243,12 @@ def main() -> None:
     ap.add_argument("--contexts", type=_ints, default=[1024, 8192, 32768])
     ap.add_argument("--grid-page", type=int, default=64)
     ap.add_argument("--pages", type=_ints, default=[1, 16, 32, 64])
+    ap.add_argument("--prefill-heads", type=_ints, default=[16], help="prefill rows' heads (none: --prefill-heads '')")
+    ap.add_argument("--chunks", type=_ints, default=[512, 2048, 8192], help="prefill chunk (new tokens)")
+    ap.add_argument("--prefixes", type=_ints, default=[0, 8192, 32768], help="prefill cached prefix")
     ap.add_argument("--backends", default="FLASHINFER_FA_MLA,HWTUNE_TRITON_MLA,HWTUNE_TORCH_MLA")
     ap.add_argument("--torch-max-tokens", type=int, default=16 * 8192)
+    ap.add_argument("--torch-max-pairs", type=int, default=2048 * 10240)
     ap.add_argument("--time-cap", type=float, default=0.3, help="seconds of timing per candidate and shape")
     ap.add_argument("--budget-s", type=float, default=420.0, help="the whole run's wall-clock budget")
     ap.add_argument("--reserve-s", type=float, default=15.0, help="no new shape is started with less left")

@@ -14,6 +14,14 @@ measurements imported into the store rank them. hwtune measures three MLA record
 FLASHINFER_FA_MLA (FlashInfer's BatchMLAPagedAttentionWrapper, fa2/fa3: SGLang's flashinfer MLA backend; vLLM
 has no dense backend on it), HWTUNE_TRITON_MLA (hwtune's own Triton kernel, docs/kernels.md; no engine can load it)
 and HWTUNE_TORCH_MLA (absorbed MLA in PyTorch ops, the CPU path).
+
+Prefill is measured in both forms. The absorbed tactics (fa2, fa3, auto, eager) run prefill as a longer decode;
+the ``mha-*`` tactics run the non-absorbed ("dense MHA") prefill the engines run (docs/probes.md "MLA prefill"):
+FLASHINFER_FA_MLA's mha-fa2 / mha-fa3 / mha-cutlass (FlashInfer's ragged wrapper: SGLang's flashinfer MLA extend,
+vLLM 0.33.0's FLASHINFER MLA prefill backend on SM 10.x) and mha-cudnn, HWTUNE_TORCH_MLA's mha-eager (vLLM's CPU
+MLA prefill) and mha-sdpa-*. vLLM's MLA prefill backend is chosen apart from its decode backend
+(``--attention-config.mla_prefill_backend``; on SM 9.0 only FLASH_ATTN, vllm_flash_attn's FA3 varlen: vllm 0.33.0
+platforms/interface.py get_mla_prefill_backend_cls), which no engine snapshot here models yet.
 """
 
 from __future__ import annotations
@@ -38,6 +46,15 @@ F = Feature
 MLA = "vllm 0.33.0 v1/attention/backends/mla"
 FI_MLA = "flashinfer 0.6.18 flashinfer/mla/_core.py BatchMLAPagedAttentionWrapper"
 BOTH = fs("decode", "prefill")
+PREFILL = fs("prefill")
+FI_RAGGED = "flashinfer 0.6.18 flashinfer/prefill.py BatchPrefillWithRaggedKVCacheWrapper"
+VLLM_MLA_PREFILL = "vllm 0.33.0 v1/attention/backends/mla/prefill"
+_MHA_PREFILL = "hwtune/probes/attention/candidates/mla_prefill_base.py"
+_MHA_PHASES = (
+    "prefill only: the non-absorbed (dense MHA) prefill of vllm 0.33.0 model_executor/layers/attention/"
+    "mla_attention.py MLACommonBaseImpl.forward_mha / _compute_prefill_context (kv_b_proj up-projection, then "
+    "attention with head_dim_qk = nope + rope, head_dim_vo = v); decode and mixed batches stay absorbed"
+)
 CUDA = fs("cuda")
 FP16_BF16 = fs("float16", "bfloat16")
 VLLM_PKG = PackageRequirement("vllm", "", "kernel ships in vLLM's compiled ops")
@@ -217,8 +234,8 @@ FLASHINFER_FA_MLA = Backend(
     priority=priority(blackwell=4, others=4),
     # FlashInfer's own backend="auto": fa3 on SM 9.0a, else fa2 (flashinfer/utils.py determine_mla_backend)
     tactic_order={
-        "ampere_hopper": {"decode": ("fa3", "fa2"), "prefill": ("fa3", "fa2")},
-        "blackwell": {"decode": ("fa2",), "prefill": ("fa2",)},
+        "ampere_hopper": {"decode": ("fa3", "fa2"), "prefill": ("fa3", "fa2", "mha-fa3", "mha-fa2", "mha-cudnn")},
+        "blackwell": {"decode": ("fa2",), "prefill": ("fa2", "mha-cutlass", "mha-fa2", "mha-cudnn")},
     },
     quick=True,
     summary="FlashInfer's paged MLA wrapper (BatchMLAPagedAttentionWrapper; SGLang's flashinfer MLA backend), not "
@@ -258,6 +275,73 @@ FLASHINFER_FA_MLA = Backend(
                 "with sm90a flags only",
             },
         ),
+        # The non-absorbed prefill (hwtune/probes/attention/candidates/mla_prefill_flashinfer.py)
+        Tactic(
+            "mha-fa2",
+            PREFILL,
+            AttentionRules(),
+            summary="non-absorbed prefill: BatchPrefillWithRaggedKVCacheWrapper(backend='fa2'), q/K 192, V 128",
+            compile_s=30,
+            sources={
+                "phases": _MHA_PHASES,
+                "kv_cache_dtypes": f"{_MHA_PREFILL}: the latent is gathered and dequantised to the model dtype before "
+                "the up-projection (vllm ops.gather_and_maybe_dequant_cache), so any latent cache dtype",
+                "features": f"{FI_RAGGED}.plan(head_dim_qk=192, head_dim_vo=128, causal=True: aligned to the end of "
+                "each request's KV), run(return_lse=True) (base-2 LSE)",
+            },
+        ),
+        Tactic(
+            "mha-fa3",
+            PREFILL,
+            AttentionRules(compute_capabilities=(CCRange((9, 0), (9, 0)),)),
+            summary="non-absorbed prefill: the ragged wrapper's Hopper kernel (backend='fa3'); SGLang's flashinfer "
+            "MLA extend without a cached prefix (backend='auto' -> fa3 on SM 9.0)",
+            compile_s=60,
+            sources={
+                "phases": _MHA_PHASES,
+                "compute_capabilities": "flashinfer 0.6.18 prefill.py determine_attention_backend / "
+                "jit/attention/modules.py gen_batch_prefill_module: fa3 built with sm90a flags only",
+                "features": f"{FI_RAGGED}(backend='fa3'); sglang/srt/layers/attention/flashinfer_mla_backend.py "
+                "forward_extend: prefill_wrapper_ragged for an extend without a prefix (use_ragged)",
+            },
+        ),
+        Tactic(
+            "mha-cutlass",
+            PREFILL,
+            AttentionRules(compute_capabilities=(CCRange((10, 0), (10, 3)),)),
+            summary="non-absorbed prefill: the ragged wrapper's CUTLASS kernel (backend='cutlass'), vLLM's "
+            "FLASHINFER MLA prefill backend",
+            compile_s=60,
+            quick=False,
+            sources={
+                "phases": _MHA_PHASES,
+                "compute_capabilities": f"{VLLM_MLA_PREFILL}/flashinfer.py FlashInferPrefillBackend."
+                "supports_compute_capability: major == 10; BatchPrefillWithRaggedKVCacheWrapper(..., "
+                "backend='cutlass')",
+                "features": f"{FI_RAGGED}.run backend 'cutlass': fmha_varlen(..., lse=) (vLLM converts the LSE with "
+                "log2_lse_to_ln)",
+            },
+        ),
+        Tactic(
+            "mha-cudnn",
+            PREFILL,
+            AttentionRules(compute_capabilities=(CCRange((9, 0)),)),
+            summary="non-absorbed prefill: flashinfer.cudnn.cudnn_batch_prefill_with_kv_cache on ragged q/K/V",
+            packages=(PackageRequirement("nvidia-cudnn-frontend", "", "cuDNN graph API (python module cudnn)"),),
+            compile_s=30,
+            quick=False,
+            sources={
+                "phases": _MHA_PHASES,
+                "compute_capabilities": "flashinfer 0.6.18 cudnn/prefill.py: cuDNN SDPA graphs; declared from SM 9.0 "
+                "(not yet run on a GPU here: the gate decides)",
+                "head_sizes": "flashinfer 0.6.18 cudnn/prefill.py cudnn_batch_prefill_with_kv_cache: 'head_dim_qk "
+                "must be 128 or 192, and head_dim_vo must be 128'",
+                "features": "called directly, not through the ragged wrapper, whose cudnn route allocates a [tokens, "
+                "heads] LSE where cuDNN wants [batch, max_query_len, heads] (flashinfer 0.6.18 prefill.py run); "
+                "natural-log LSE; bottom-right causal mask",
+                "packages": "nvidia-cudnn-frontend (flashinfer/cudnn/prefill.py CUDNN_AVAILABLE)",
+            },
+        ),
     ),
     sources={
         "device_types": f"{FI_MLA} (CUDA)",
@@ -275,7 +359,8 @@ FLASHINFER_FA_MLA = Backend(
         "features": f"{FI_MLA}.run(return_lse=True), qo_indptr with several tokens per request and causal=, "
         "use_cuda_graph=True with fixed buffers" + _PCP_LAYER,
         "packages": "flashinfer-python (flashinfer.mla)",
-        "tactics": f"{FI_MLA}(backend='fa2' | 'fa3')",
+        "tactics": f"{FI_MLA}(backend='fa2' | 'fa3'); prefill also non-absorbed (mha-*): {FI_RAGGED}"
+        "(backend='fa2' | 'fa3' | 'cutlass') and flashinfer.cudnn.cudnn_batch_prefill_with_kv_cache",
     },
 )
 
@@ -350,7 +435,60 @@ HWTUNE_TORCH_MLA = Backend(
     ),
     packages=(PackageRequirement("torch", ">=2.5", "einsum, logsumexp"),),
     needs_cuda_torch=False,
-    tactics=(Tactic("eager", BOTH, AttentionRules(), summary="torch.einsum scores, float32 softmax with LSE"),),
+    tactics=(
+        Tactic("eager", BOTH, AttentionRules(), summary="torch.einsum scores, float32 softmax with LSE"),
+        # The non-absorbed prefill (hwtune/probes/attention/candidates/mla_prefill_torch.py)
+        Tactic(
+            "mha-eager",
+            PREFILL,
+            AttentionRules(),
+            summary="non-absorbed prefill: per-request matmul, float32 softmax with LSE (vLLM's CPU MLA prefill)",
+            sources={
+                "phases": _MHA_PHASES,
+                "features": f"{VLLM_MLA_PREFILL}/cpu_sdpa.py CPUSDPAMLAPrefillBackend._ragged_sdpa: dense "
+                "per-request attention with its logsumexp",
+            },
+        ),
+        Tactic(
+            "mha-sdpa-math",
+            PREFILL,
+            AttentionRules(),
+            summary="non-absorbed prefill: scaled_dot_product_attention, SDPBackend.MATH (no LSE)",
+            quick=False,
+            sources={"phases": _MHA_PHASES, "features": "torch scaled_dot_product_attention returns no LSE"},
+        ),
+        Tactic(
+            "mha-sdpa-flash",
+            PREFILL,
+            AttentionRules(device_types=CUDA, dtypes=FP16_BF16),
+            summary="non-absorbed prefill: SDPBackend.FLASH_ATTENTION (no mask: prefill without a cached prefix)",
+            quick=False,
+            sources={
+                "phases": _MHA_PHASES,
+                "features": "no attention mask, so no cached prefix (SDPA's is_causal is top-left aligned); torch "
+                "checks the 192 / 128 head sizes at run time (refused: unsupported with its reason)",
+            },
+        ),
+        Tactic(
+            "mha-sdpa-efficient",
+            PREFILL,
+            AttentionRules(device_types=CUDA),
+            summary="non-absorbed prefill: SDPBackend.EFFICIENT_ATTENTION",
+            quick=False,
+            sources={"phases": _MHA_PHASES, "device_types": "torch: the memory-efficient kernel is CUDA's"},
+        ),
+        Tactic(
+            "mha-sdpa-cudnn",
+            PREFILL,
+            AttentionRules(device_types=CUDA, compute_capabilities=(CCRange((9, 0)),), dtypes=FP16_BF16),
+            summary="non-absorbed prefill: SDPBackend.CUDNN_ATTENTION",
+            quick=False,
+            sources={
+                "phases": _MHA_PHASES,
+                "compute_capabilities": "torch sdp_utils.cpp check_cudnn_hardware_support (sm90+ default)",
+            },
+        ),
+    ),
     sources={
         "device_types": f"{_TORCH_MLA}: torch ops on CPU and CUDA",
         "compute_capabilities": f"{_TORCH_MLA}: bf16 matmuls on CUDA, declared from SM 8.0",
@@ -363,7 +501,8 @@ HWTUNE_TORCH_MLA = Backend(
         "features": f"{_TORCH_MLA}: returns the LSE (natural log), causal multi-token queries, non-causal shares; "
         "no CUDA-graph capture" + _PCP_LAYER,
         "packages": "torch",
-        "tactics": _TORCH_MLA,
+        "tactics": f"{_TORCH_MLA} (eager, absorbed); hwtune/probes/attention/candidates/mla_prefill_torch.py "
+        "(mha-*, the non-absorbed prefill)",
     },
 )
 

@@ -11,7 +11,9 @@ Order, as the design's measurement protocol says:
    plan/graph and compared (stale metadata);
 6. restore A and time it (graph replay or CUDA events; wall clock on CPU).
 An MLA spec builds an ``MlaProblem`` (latent cache, absorbed queries; ``mla.py``) and its checks compare the
-candidate's latent output after the reference's ``W_UV`` projection (``correctness.compare_latent``).
+candidate's latent output after the reference's ``W_UV`` projection (``correctness.compare_latent``); a runner of
+MLA's non-absorbed prefill (``latent_output = False``, ``candidates/mla_prefill_base.py``) writes the heads' output
+``[tokens, heads, v_head_dim]``, compared with the same reference directly.
 """
 
 from __future__ import annotations
@@ -58,10 +60,12 @@ def _verdict(
     lse: torch.Tensor | None,
     ref: tuple[torch.Tensor, torch.Tensor],
     tol: tuple[float, float],
+    latent: bool = True,
 ) -> Verdict:
-    """Compare an output (and LSE) with the reference: an MLA problem's latent output after its W_UV projection."""
+    """Compare an output (and LSE) with the reference: an MLA problem's latent output after its W_UV projection,
+    unless the runner writes the heads' output itself (``latent_output = False``: MLA's non-absorbed prefill)."""
     kw = dict(rel_tol=tol[0], lse=lse, ref_lse=ref[1] if lse is not None else None, lse_tol=tol[1])
-    if getattr(problem, "is_mla", False):
+    if getattr(problem, "is_mla", False) and latent:
         return compare_latent(out, ref[0], project=problem.project, **kw)
     return compare(out, ref[0], **kw)
 
@@ -71,7 +75,7 @@ def _check(
 ) -> Verdict:
     assert runner.out is not None
     lse = runner.lse_natural() if runner.returns_lse else None
-    verdict = _verdict(problem, runner.out, lse, ref, tol)
+    verdict = _verdict(problem, runner.out, lse, ref, tol, getattr(runner, "latent_output", True))
     if not verdict.ok:
         raise WrongAnswer(verdict.message(label), {f"{label}.{k}": v for k, v in verdict.figures.items()})
     return verdict
@@ -107,7 +111,7 @@ def _dcp_check(
             raise WrongAnswer("DCP needs the softmax LSE, but this runner returned none", {})
         parts.append((runner.out.clone(), lse.clone()))
     out, lse = merge_by_lse(parts[0][0], parts[0][1], parts[1][0], parts[1][1])
-    verdict = _verdict(problem, out, lse, ref, tol)
+    verdict = _verdict(problem, out, lse, ref, tol, getattr(runner, "latent_output", True))
     if not verdict.ok:
         raise WrongAnswer(
             verdict.message("DCP split-and-merge by LSE"), {f"dcp.{k}": v for k, v in verdict.figures.items()}

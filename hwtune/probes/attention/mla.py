@@ -9,7 +9,10 @@ absorbed query ``q = [q_nope @ W_UK^T, q_pe]`` ``[tokens, heads, 576]`` and writ
 The float32 reference does not use the absorption trick: it up-projects the latent with random per-head ``W_UK``
 and ``W_UV`` into ordinary multi-head attention, ``K = [ckv @ W_UK, kpe]`` and ``V = ckv @ W_UV``, with the
 original ``q_nope`` and ``q_pe``, and the candidate's latent output is compared after projection by ``W_UV``. A
-kernel that swaps ckv and kpe, drops the rope part, or uses the latent width for the scale disagrees with it.
+kernel that swaps ckv and kpe, drops the rope part, or uses the latent width for the scale disagrees with it. That
+attention (causal aligned to the end of each context) is also exactly what the engines' non-absorbed prefill computes
+(``candidates/mla_prefill_base.py``): its runners build q/K/V the engine's way from this problem's latent cache and
+weights, write ``[tokens, heads, v]`` and are compared with this same reference without the projection.
 
 Pages are in random order and unowned slots are poisoned (``problem.POISON``), as for ``AttentionProblem``; an fp8
 (e4m3) cache holds the latent divided by one per-tensor scale (``k_scale == v_scale``), as vLLM quantises its MLA

@@ -1,6 +1,7 @@
 """FLASHINFER_FA_MLA: FlashInfer's ``flashinfer.mla.BatchMLAPagedAttentionWrapper`` (API of flashinfer 0.6.18),
 tactics ``fa2`` and ``fa3`` (its ``backend=`` values; fa3 is the SM 9.0 kernel). SGLang's flashinfer MLA backend runs
-this wrapper; vLLM's FLASHINFER_MLA is another kernel (trtllm-gen, Blackwell).
+this wrapper; vLLM's FLASHINFER_MLA is another kernel (trtllm-gen, Blackwell). The ``mha-*`` tactics are the
+non-absorbed prefill through FlashInfer's ragged wrapper and cuDNN (``mla_prefill_flashinfer``).
 
 The wrapper takes the absorbed query as ``q_nope`` [tokens, heads, 512] and ``q_pe`` [tokens, heads, 64] and the
 cache as ``ckv_cache`` [pages, page, 512] and ``kpe_cache`` [pages, page, 64]: here strided views of the one latent
@@ -123,7 +124,7 @@ class FlashInferMlaCandidate(Candidate):
 
     backend = "FLASHINFER_FA_MLA"
 
-    def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:
+    def _unavailable(self, device: str) -> str | None:
         if device != "cuda":
             return "FlashInfer's MLA kernels run on CUDA GPUs only"
         if torch.version.cuda is None:
@@ -135,7 +136,19 @@ class FlashInferMlaCandidate(Candidate):
             return f"flashinfer.mla.BatchMLAPagedAttentionWrapper cannot be imported: {type(exc).__name__}: {first}"
         return None
 
+    def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:
+        reason = self._unavailable(device)
+        if reason is None and tactic == "mha-cudnn":
+            from hwtune.probes.attention.candidates.mla_prefill_flashinfer import cudnn_unavailable
+
+            return cudnn_unavailable()
+        return reason
+
     def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
+        if tactic.startswith("mha-"):  # the non-absorbed prefill (mla_prefill_flashinfer)
+            from hwtune.probes.attention.candidates.mla_prefill_flashinfer import prefill_runner
+
+            return prefill_runner(tactic)
         if tactic not in TACTICS:
             raise Unsupported(f"FLASHINFER_FA_MLA has no tactic {tactic!r}; its tactics: {', '.join(TACTICS)}")
         return FlashInferMlaRunner(tactic)

@@ -82,11 +82,16 @@ class TorchMlaRunner(MlaRunner):
 
 
 class TorchMlaCandidate(Candidate):
-    """HWTUNE_TORCH_MLA's one tactic, ``eager``: runs wherever torch does."""
+    """HWTUNE_TORCH_MLA's absorbed tactic ``eager`` and its non-absorbed prefill tactics ``mha-*``
+    (``mla_prefill_torch``): run wherever torch does (SDPA's fused kernels where torch has them)."""
 
     backend = "HWTUNE_TORCH_MLA"
 
     def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
+        if tactic.startswith("mha-"):
+            from hwtune.probes.attention.candidates.mla_prefill_torch import TorchMlaPrefillRunner
+
+            return TorchMlaPrefillRunner(tactic)
         if tactic != "eager":
             raise Unsupported(f"HWTUNE_TORCH_MLA has no tactic {tactic!r}")
         return TorchMlaRunner()
