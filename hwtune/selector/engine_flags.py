@@ -260,18 +260,3 @@ def _all2all(sel: "Selection", target: EngineTarget, parts: _Parts) -> None:
     if name != sel.backend:
         parts.notes.append(_substitute_note(sel, target, name, args[1], "ranked"))
     parts.args += list(args)
-
-
-def engine_args(selection: "Selection", engine: str) -> list[str]:
-    """The flags that start ``engine`` with the selection (``launch(...).args``)."""
-    return list(launch(selection, engine).args)
-
-
-def vllm_args(selection: "Selection") -> list[str]:
-    """vLLM flags: ``--attention-backend NAME`` (vLLM's names), block size, kv-cache dtype, or ``--all2all-backend``."""
-    return engine_args(selection, "vllm")
-
-
-def sglang_args(selection: "Selection") -> list[str]:
-    """SGLang flags for the selection (per phase where the winners differ)."""
-    return engine_args(selection, "sglang")
