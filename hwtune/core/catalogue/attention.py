@@ -172,7 +172,10 @@ FLASHINFER = Backend(
                 "kv_layouts": f"{FI} prefill.py: 'CUDNN backend only supports NHD layout' (seen on H100, 2026-11-21)",
                 "compute_capabilities": "cuDNN frontend SDPA: Ampere and newer",
                 "kv_cache_dtypes": f"{FI} cudnn/prefill.py: fp8 needs q/k/v scales of an fp8 q",
-                "features": f"{FI} cudnn/prefill.py return_lse (natural-log LSE)",
+                "features": f"{FI} cudnn/prefill.py return_lse (natural-log LSE, [batch, max_query_len, heads]; called "
+                "directly: the prefill wrapper's run allocates a [tokens, heads] LSE and fails)",
+                "packages": f"{FI} cudnn/prefill.py CUDNN_AVAILABLE: without nvidia-cudnn-frontend, cubins for SM 10.0 "
+                "only (csrc/cudnn_sdpa_kernel_launcher.cu); checked at run time, not a catalogue rule",
             },
         ),
         Tactic(

@@ -4,8 +4,11 @@
 - ``fa2-tc`` / ``fa3``: the tensor-core templates: BatchDecode with ``use_tensor_cores=True`` for decode,
   BatchPrefillWithPagedKVCacheWrapper (causal) for prefill, mixed batches and multi-token decode queries;
 - ``xqa``: ``trtllm_batch_decode_with_kv_cache(backend="xqa")`` (decode; no LSE);
-- ``cudnn``: the prefill wrapper's cuDNN backend; ``trtllm-gen`` / ``cute-dsl``: the wrappers' backends
-  of those names (Blackwell only; the catalogue rejects them elsewhere before they get here).
+- ``cudnn``: ``flashinfer.cudnn.cudnn_batch_prefill_with_kv_cache`` called as the prefill wrapper's cuDNN backend
+  calls it, but with the LSE shape it requires (``[batch, max_query_len, heads]``): the wrapper allocates a
+  ``[tokens, heads]`` LSE and so fails on every shape (flashinfer 0.6.18 prefill.py ``run``; seen on an H100);
+  ``trtllm-gen`` / ``cute-dsl``: the wrappers' backends of those names (Blackwell only; the catalogue rejects them
+  elsewhere before they get here).
 Attention sinks (gpt-oss; ``problem.sinks``, float32 per query head), as FlashInfer 0.6.18 can take them:
 ``fa2-tc`` / ``fa3`` run ``flashinfer.BatchAttentionWithAttentionSinkWrapper`` (the prefill wrapper with the
 ``AttentionSink`` JIT variant, as vLLM runs FlashInfer prefill with sinks on SM 9.0 / 12.x; sinks and
@@ -32,7 +35,9 @@ from hwtune.probes.attention.candidates.base import LN2, Candidate, Runner, Unsu
 from hwtune.probes.attention.dcp import DcpPrefillInputs, DcpPrefillRunner
 from hwtune.probes.attention.problem import AttentionProblem
 
-WORKSPACE_BYTES = 256 << 20
+# vLLM's FlashInfer workspace (vllm/envs.py VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE, 394 MiB): 256 MiB overflowed
+# fa2-tc prefill's split-KV scratch (a 128-token chunk on a 32768-token prefix, 32 query heads; H100, 2026-11-25)
+WORKSPACE_BYTES = 394 << 20
 _PREFILL_BACKEND = {"fa2-tc": "fa2", "fa3": "fa3", "cudnn": "cudnn", "trtllm-gen": "trtllm-gen", "cute-dsl": "cute-dsl"}
 _DECODE_BACKEND = {"fa2": "auto", "fa2-tc": "fa2", "fa3": "fa3", "trtllm-gen": "trtllm-gen", "cute-dsl": "cute-dsl"}
 
@@ -65,6 +70,8 @@ class FlashInferRunner(Runner):
             self.mode = "xqa"
         elif single and tactic in _DECODE_BACKEND:
             self.mode = "decode"
+        elif tactic == "cudnn":
+            self.mode = "cudnn"
         elif tactic in _PREFILL_BACKEND:
             self.mode = "prefill"
         else:
@@ -74,15 +81,17 @@ class FlashInferRunner(Runner):
             )
         self.supports_graphs = self.mode in ("decode", "xqa")
         # the prefill wrappers (the sink wrapper is one) plan with causal=problem.causal
-        self.supports_non_causal = self.mode in ("prefill", "sink")
-        self.returns_lse = self.mode in ("decode", "prefill", "sink")
+        self.supports_non_causal = self.mode in ("prefill", "sink", "cudnn")
+        self.returns_lse = self.mode in ("decode", "prefill", "sink", "cudnn")
         self.wrapper: Any = None
         self.problem: AttentionProblem | None = None
 
     def lse_natural(self) -> torch.Tensor | None:
+        if self.mode == "cudnn":  # natural-log already, padded per request: gathered per token
+            return self.lse_padded[self.lse_rows[0], self.lse_rows[1]]
         if self.lse is None:
             return None
-        return self.lse if self.tactic == "cudnn" else self.lse * LN2  # cuDNN's LSE is natural-log already
+        return self.lse * LN2
 
     def _window(self, p: AttentionProblem) -> int:
         return -1 if p.spec.sliding_window is None else p.spec.sliding_window - 1
@@ -111,6 +120,8 @@ class FlashInferRunner(Runner):
             self.mode = "prefill"  # the plain prefill wrapper, same backend
         if self.mode == "decode":
             self._plan_decode(p, common)
+        elif self.mode == "cudnn":
+            self._plan_cudnn(p)
         elif self.mode == "sink":
             self._plan_sink(p, common)
         else:
@@ -145,25 +156,14 @@ class FlashInferRunner(Runner):
         )
 
     def _plan_prefill(self, p: AttentionProblem, common: dict[str, Any]) -> None:
-        """BatchPrefill wrapper for the tactic's backend, then plan (cuDNN takes offsets and a block table)."""
-        spec, dev = p.spec, p.q.device
+        """BatchPrefill wrapper for the tactic's backend, then plan."""
+        spec = p.spec
         if self.wrapper is None:
             self.wrapper = self.fi.BatchPrefillWithPagedKVCacheWrapper(
                 self.workspace, p.layout, backend=_PREFILL_BACKEND[self.tactic]
             )
-        extra: dict[str, Any] = {}
-        qo_indptr = p.query_start_loc
-        if self.tactic == "cudnn":  # cuDNN takes element offsets, lengths and a block table
-            qo_indptr = p.query_start_loc * (spec.num_heads * spec.head_size)
-            extra = dict(
-                seq_lens=p.seq_lens,
-                seq_lens_q=torch.tensor(p.query_lens, dtype=torch.int32, device=dev),
-                block_tables=p.block_table,
-                max_token_per_sequence=p.max_query_len,
-                max_sequence_kv=p.max_seq_len,
-            )
         self.wrapper.plan(
-            qo_indptr,
+            p.query_start_loc,
             p.kv_indptr,
             p.kv_indices,
             p.kv_last_page_len,
@@ -173,8 +173,32 @@ class FlashInferRunner(Runner):
             p.page_size,
             causal=p.causal,
             **common,
-            **extra,
         )
+
+    def _plan_cudnn(self, p: AttentionProblem) -> None:
+        """Bind cuDNN's paged prefill to this batch, as the wrapper's plan + run would (element offsets, lengths as
+        ``[batch, 1, 1, 1]``: on the GPU for the cuDNN graph, on the host for FlashInfer's cubin fallback), with a
+        ``[batch, max_query_len, heads]`` LSE and the (request, position) row of each token to gather it."""
+        from flashinfer.cudnn import cudnn_batch_prefill_with_kv_cache
+        from flashinfer.cudnn.prefill import CUDNN_AVAILABLE
+
+        self.cudnn_fn = cudnn_batch_prefill_with_kv_cache
+        spec, dev, b = p.spec, p.q.device, p.batch
+        lens_dev = dev if CUDNN_AVAILABLE else torch.device("cpu")
+        self.cudnn_args = dict(
+            max_token_per_sequence=p.max_query_len,
+            max_sequence_kv=p.max_seq_len,
+            actual_seq_lens_q=torch.tensor(p.query_lens, dtype=torch.int32, device=lens_dev).view(b, 1, 1, 1),
+            actual_seq_lens_kv=p.seq_lens.to(lens_dev).view(b, 1, 1, 1),
+            block_tables=p.block_table,
+            causal=p.causal,
+            return_lse=True,
+            batch_offsets_q=(p.query_start_loc * (spec.num_heads * spec.head_size)).int(),
+            batch_offsets_o=(p.query_start_loc * (spec.num_heads * spec.head_size)).int(),
+        )
+        self.lse_padded = torch.empty(b, p.max_query_len, spec.num_heads, dtype=torch.float32, device=dev)
+        rows = [(r, i) for r, m in enumerate(p.query_lens) for i in range(m)]
+        self.lse_rows = torch.tensor(rows, dtype=torch.long, device=dev).T
 
     def _plan_sink(self, p: AttentionProblem, common: dict[str, Any]) -> None:
         """``BatchAttentionWithAttentionSinkWrapper`` (the prefill wrapper with FlashInfer's AttentionSink variant, fa2
@@ -216,7 +240,18 @@ class FlashInferRunner(Runner):
             self.wrapper.run(p.q, p.kv_cache, p.sinks, sm_scale, out=self.out, lse=self.lse, return_lse=True, **v_scale)
             return
         sinks = dict(sinks=p.sinks) if p.sinks is not None else {}  # xqa and trtllm-gen only (_check_sinks)
-        if self.mode == "xqa":
+        if self.mode == "cudnn":
+            self.cudnn_fn(
+                p.q,
+                p.k_cache(),
+                p.v_cache(),
+                p.softmax_scale,
+                self.workspace,
+                out=self.out,
+                lse=self.lse_padded,
+                **self.cudnn_args,
+            )
+        elif self.mode == "xqa":
             self.fi.decode.trtllm_batch_decode_with_kv_cache(
                 p.q,
                 p.kv_cache,
@@ -328,6 +363,31 @@ class FlashInferDcpPrefillRunner(DcpPrefillRunner):
         return out, lse * LN2
 
 
+def cudnn_unavailable(cubin_fallback: bool) -> str | None:
+    """Why FlashInfer's cuDNN prefill cannot run here, or None. Without the cuDNN frontend (python module cudnn,
+    nvidia-cudnn-frontend) FlashInfer 0.6.18 falls back to cuDNN SDPA cubins built for SM 10.0 only
+    (csrc/cudnn_sdpa_kernel_launcher.cu: cudnn_sm100_fprop_sdpa_prefill_d128_bf16.cubin), fetched at first use into
+    FLASHINFER_CUBIN_DIR; without a network that fetch retries for minutes (seen on an H100, 2026-11-25)."""
+    try:
+        from flashinfer.cudnn import cudnn_batch_prefill_with_kv_cache  # noqa: F401
+        from flashinfer.cudnn.prefill import CUDNN_AVAILABLE
+    except Exception as exc:  # ImportError, or FlashInfer's own assertion at import
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return f"flashinfer.cudnn cannot be imported: {type(exc).__name__}: {first}"
+    if CUDNN_AVAILABLE:
+        return None
+    missing = "the cuDNN frontend (python module cudnn, nvidia-cudnn-frontend) is not installed"
+    if not cubin_fallback or torch.cuda.get_device_capability()[0] != 10:
+        return f"{missing}; FlashInfer's cubin fallback is for SM 10.x paged prefill only"
+    from flashinfer.artifacts import ArtifactPath
+    from flashinfer.jit.env import FLASHINFER_CUBIN_DIR
+
+    cubin = FLASHINFER_CUBIN_DIR / ArtifactPath.CUDNN_SDPA / "cudnn_sm100_fprop_sdpa_prefill_d128_bf16.cubin"
+    if not cubin.exists():
+        return f"{missing}, and FlashInfer's cuDNN SDPA cubin is not at {cubin} (install flashinfer-cubin)"
+    return None
+
+
 class FlashInferCandidate(Candidate):
     """FLASHINFER: needs a CUDA device, a CUDA build of torch, and a flashinfer that imports (its import asserts on
     some setups, reported as the reason)."""
@@ -345,7 +405,7 @@ class FlashInferCandidate(Candidate):
             return (
                 f"flashinfer cannot be imported: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             )
-        return None
+        return cudnn_unavailable(cubin_fallback=True) if tactic == "cudnn" else None
 
     def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
         return FlashInferRunner(workload, tactic)

@@ -139,9 +139,9 @@ class FlashInferMlaCandidate(Candidate):
     def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:
         reason = self._unavailable(device)
         if reason is None and tactic == "mha-cudnn":
-            from hwtune.probes.attention.candidates.mla_prefill_flashinfer import cudnn_unavailable
+            from hwtune.probes.attention.candidates.flashinfer import cudnn_unavailable
 
-            return cudnn_unavailable()
+            return cudnn_unavailable(cubin_fallback=False)
         return reason
 
     def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:

@@ -146,16 +146,3 @@ def prefill_runner(tactic: str) -> MlaPrefillRunner:
     if tactic in WRAPPER_TACTICS:
         return FlashInferMlaPrefillRunner(tactic)
     raise Unsupported(f"FLASHINFER_FA_MLA has no tactic {tactic!r}")
-
-
-def cudnn_unavailable() -> str | None:
-    """Why FlashInfer's cuDNN prefill cannot run here (its module or the cuDNN frontend missing), or None."""
-    try:
-        from flashinfer.cudnn import cudnn_batch_prefill_with_kv_cache  # noqa: F401
-        from flashinfer.cudnn.prefill import CUDNN_AVAILABLE
-    except Exception as exc:  # ImportError, or FlashInfer's own assertion at import
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        return f"flashinfer.cudnn cannot be imported: {type(exc).__name__}: {first}"
-    if not CUDNN_AVAILABLE:
-        return "the cuDNN frontend (python module cudnn, nvidia-cudnn-frontend) is not installed"
-    return None
