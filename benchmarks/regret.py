@@ -260,8 +260,18 @@ def _models(args: argparse.Namespace) -> list[tuple[Path, int, Path]]:
     return out
 
 
+class Interrupted(Exception):
+    """A tune step was interrupted (SIGINT, as from ``timeout -s INT``): its records are kept, no later step runs."""
+
+
+def _check(step: str, summary: dict) -> None:
+    if summary.get("state") == "interrupted":
+        raise Interrupted(f"{step} tune interrupted after {summary['items']} items; later steps not run")
+
+
 def measure_model(cfg: Path, tp: int, out: Path, steps: set[str], args: argparse.Namespace, result: dict) -> None:
-    """Steps quick, default and oracle for one model into ``out`` (GPU)."""
+    """Steps quick, default and oracle for one model into ``out`` (GPU); raises Interrupted after an interrupted
+    step, so that a time limit meant for one step never runs into the next."""
     from hwtune.core.detect import detect
 
     profile = detect()
@@ -274,6 +284,7 @@ def measure_model(cfg: Path, tp: int, out: Path, steps: set[str], args: argparse
         quick = plan_from_model(cfg, tp=tp, kinds=["attention"], quick=True, device=profile)
         result["quick_tune"] = tune(quick, out / "quick.db", None, bisect=False)
         print("quick", result["quick_tune"], flush=True)
+        _check("quick", result["quick_tune"])
     if "default" in steps:
         plan = plan_from_model(cfg, tp=tp, kinds=["attention"], device=profile, attention_overrides=overrides)
         result["default_tune"] = {
@@ -282,12 +293,14 @@ def measure_model(cfg: Path, tp: int, out: Path, steps: set[str], args: argparse
             "backends": list(backends or ["all"]),
         }
         print("default", result["default_tune"], flush=True)
+        _check("default", result["default_tune"])
     if "oracle" in steps:
         info = load_model_config(cfg)
         spec = attention_spec(info, tp, **overrides)
         plan = oracle_plan(spec, args.oracle_time_cap, info.max_position_embeddings or 131072)
         result["oracle_tune"] = tune(plan, out / "oracle.db", backends, bisect=False)  # a fixed set
         print("oracle", result["oracle_tune"], flush=True)
+        _check("oracle", result["oracle_tune"])
 
 
 def report(cfg: Path, tp: int, result: dict) -> None:
@@ -330,8 +343,13 @@ def main() -> int:
         result = json.loads(result_file.read_text()) if result_file.exists() else {}
         result.update(date=time.strftime("%Y-%m-%d"), model=cfg.name, tp=tp, kv_layout=args.kv_layout)
         if not args.score_only:
-            measure_model(cfg, tp, out, steps, args, result)
-            result_file.write_text(json.dumps(result, indent=2))
+            try:
+                measure_model(cfg, tp, out, steps, args, result)
+            except Interrupted as exc:
+                print(exc, flush=True)
+                return 130
+            finally:
+                result_file.write_text(json.dumps(result, indent=2))
         if "score" not in steps and not args.score_only:
             continue
         info = load_model_config(cfg)

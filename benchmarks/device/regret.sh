@@ -3,22 +3,28 @@
 # into train.db, the off-grid oracle into oracle.db, both scored, and both stores exported as JSON Lines. Device
 # kind: nvidia-h100-x1. Carry .whl and .fi-cache.
 #
-#   BACKENDS=FLASHINFER,HWTUNE_TRITON_ATTN:auto LIMIT=540 bash benchmarks/device/regret.sh CONFIG:TP [CONFIG:TP ...]
+#   BACKENDS=FLASHINFER,HWTUNE_TRITON_ATTN:auto TRAIN_LIMIT=300 ORACLE_LIMIT=200 bash benchmarks/device/regret.sh \
+#       CONFIG:TP [CONFIG:TP ...]
 #
-# Environment: BACKENDS (regret.py --backends; default its own), LIMIT seconds per model (default 540; the run is
-# then interrupted and what it stored is scored), CAP seconds of timing per oracle candidate (default 0.3).
+# Environment: BACKENDS (regret.py --backends; default its own), TRAIN_LIMIT and ORACLE_LIMIT seconds per model for
+# the default tune and the oracle (defaults 320 and 220; a step past its limit is interrupted, what it stored is
+# scored, and an interrupted default tune still leaves the oracle its own time), CAP seconds of timing per oracle
+# candidate (default 0.3).
 # Outputs in $OUT/regret/<model>-tp<TP>/: regret.json; in $OUT: regret_<model>-tp<TP>_{train,oracle}.jsonl.
 set -u
 [ $# -gt 0 ] || { awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 2; }
+TRAIN_LIMIT=${TRAIN_LIMIT:-320} ORACLE_LIMIT=${ORACLE_LIMIT:-220}
 export FLASHINFER_WORKSPACE_BASE="$PWD/.fi-cache"
 . benchmarks/device/setup.sh || exit 1
 for model in "$@"; do
   cfg="${model%%:*}"; tp="${model##*:}"; [ "$tp" = "$model" ] && tp=1
   name="$(basename "$cfg" .json)-tp$tp"; R="$OUT/regret/$name"
   echo "== $name"
-  timeout -s INT "${LIMIT:-540}" python3 benchmarks/regret.py --out "$OUT/regret" --model "$cfg:$tp" \
-    --steps default,oracle --oracle-time-cap "${CAP:-0.3}" ${BACKENDS:+--backends "$BACKENDS"} 2>&1 \
-    | grep -v "━" | tail -6
+  for step in default oracle; do
+    limit=$TRAIN_LIMIT; [ $step = oracle ] && limit=$ORACLE_LIMIT
+    timeout -s INT "$limit" python3 benchmarks/regret.py --out "$OUT/regret" --model "$cfg:$tp" \
+      --steps $step --oracle-time-cap "${CAP:-0.3}" ${BACKENDS:+--backends "$BACKENDS"} 2>&1 | grep -v "━" | tail -4
+  done
   python3 benchmarks/regret.py --out "$OUT/regret" --model "$cfg:$tp" --score-only 2>&1 | tail -6
   for k in train oracle; do
     [ -f "$R/$k.db" ] && python3 -m hwtune db export "$OUT/regret_${name}_$k.jsonl" --db "sqlite:///$R/$k.db" 2>&1 | tail -1
