@@ -273,6 +273,9 @@ def parse_model_config(cfg: Mapping[str, Any]) -> ModelInfo:
     sliding = _whole(text, ("sliding_window",), minimum=0)
     if text.get("use_sliding_window") is False:  # Qwen2 configs carry a window they do not use
         sliding = None
+    max_positions = _whole(text, ("max_position_embeddings", "n_positions", "seq_length"))
+    if sliding and max_positions and sliding >= max_positions:  # Phi-3.5: a window over every position masks nothing
+        sliding = None
     soft_cap = _number(text, "attn_logit_softcapping")
     experts = _whole(text, _EXPERTS, minimum=0)
     topk = _whole(text, _TOPK, minimum=0)
@@ -285,7 +288,7 @@ def parse_model_config(cfg: Mapping[str, Any]) -> ModelInfo:
         hidden_size=hidden,
         dtype=_dtype(text),
         num_layers=_whole(text, ("num_hidden_layers", "n_layer", "num_layers")),
-        max_position_embeddings=_whole(text, ("max_position_embeddings", "n_positions", "seq_length")),
+        max_position_embeddings=max_positions,
         use_mla=text.get("kv_lora_rank") is not None,
         kv_lora_rank=_whole(text, ("kv_lora_rank",)),
         qk_rope_head_dim=_whole(text, ("qk_rope_head_dim",)),

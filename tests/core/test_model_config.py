@@ -26,6 +26,7 @@ MODELS = Path(__file__).parent.parent / "data" / "models"
         ("qwen2.5-7b-instruct", 28, 4, 128, 3584),
         ("qwen2.5-vl-7b-instruct", 28, 4, 128, 3584),
         ("chatglm2-6b", 32, 2, 128, 4096),  # multi_query_group_num, kv_channels
+        ("phi-3.5-vision-instruct", 32, 32, 96, 3072),  # head size 96, MHA
     ],
 )
 def test_heads_parsed(name: str, heads: int, kv: int, head: int, hidden: int) -> None:
@@ -37,6 +38,8 @@ def test_model_specific_fields() -> None:
     gemma2 = load_model_config(MODELS / "gemma-2-9b-it.json")
     assert gemma2.logits_soft_cap == 50.0 and gemma2.sliding_window == 4096
     assert load_model_config(MODELS / "qwen2.5-7b-instruct.json").sliding_window is None  # use_sliding_window false
+    phi = load_model_config(MODELS / "phi-3.5-vision-instruct.json")  # window 131072 = every position: no window
+    assert phi.sliding_window is None and phi.max_position_embeddings == 131072
     oss = load_model_config(MODELS / "gpt-oss-120b.json")
     assert oss.sinks and oss.num_experts == 128 and oss.topk == 4
     mix = load_model_config(MODELS / "mixtral-8x7b-v0.1.json")
