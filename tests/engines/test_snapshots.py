@@ -9,6 +9,7 @@ docs/engines.md says how to unpack them. Without it those checks are skipped, th
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import re
 from pathlib import Path
@@ -107,6 +108,20 @@ def test_versions_differ_where_the_engine_changed() -> None:
         "turboquant_k3v4_nc",
         "turboquant_3bit_nc",
     } <= known_kv_cache_dtypes()
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.32.0"])
+def test_flash_attn_with_sinks_under_dcp_fails_closed(version: str) -> None:
+    """vLLM takes FLASH_ATTN for gpt-oss (sinks) with DCP on an H100, and its DCP path then drops the sinks silently:
+    hwtune rejects it up front, as a start check; without DCP, or without sinks, FLASH_ATTN stays."""
+    snap = snapshot("vllm")
+    gpt_oss = dict(num_heads=8, num_kv_heads=1, sinks=True, sliding_window=True)
+    with_dcp = EngineConfig((9, 0), 64, "bfloat16", "auto", None, **gpt_oss, dcp=True)
+    assert not selection_reasons(snap, version, "FLASH_ATTN", with_dcp)  # the engine's own selector accepts it
+    [reason] = start_reasons(snap, version, "FLASH_ATTN", with_dcp)
+    assert reason.check_id == "flash-attn-dcp-drops-sinks" and "drops the sinks" in reason.message
+    assert not start_reasons(snap, version, "FLASH_ATTN", dataclasses.replace(with_dcp, dcp=False))
+    assert not start_reasons(snap, version, "FLASH_ATTN", dataclasses.replace(with_dcp, sinks=False))
 
 
 def test_targets_resolve_and_unknown_ones_are_bad_input() -> None:
