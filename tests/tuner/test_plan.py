@@ -264,13 +264,13 @@ def test_quick_on_the_cpu_measures_the_backends_that_run_there() -> None:
 def test_estimates_count_compilation_per_shape_for_torch_compile_backends() -> None:
     """FLEX_ATTENTION compiles per shape: its compile estimate is paid per workload, a JIT kernel's once."""
     from hwtune.core import catalogue
-    from hwtune.tuner.run import estimate_seconds
+    from hwtune.tuner.run import candidate_seconds, estimate_seconds
 
     plan = default_plan(device=simulated("h100"))
     n = sum(1 for i in plan.items if i.kind == "attention")
     flex = estimate_seconds(plan, simulated("h100"), ("FLEX_ATTENTION",))
     fi = estimate_seconds(plan, simulated("h100"), ("FLASHINFER:fa2",))
-    per_item = 1.5 + plan.time_cap_s * 0.6
+    per_item = candidate_seconds(plan.time_cap_s)
     assert flex >= n * (catalogue.get("attention", "FLEX_ATTENTION").tactic("compiled").compile_s + per_item) - 1
     assert fi < flex
 
