@@ -181,6 +181,33 @@ def test_sglangs_own_default_is_kept_and_doubted_where_its_rules_refuse_it() -> 
     assert any("fa3 runs MLA as a 64-wide RoPE query with a 512-wide latent" in n for n in notes)
 
 
+def _flashinfer_mla(spec, backend: str, us: float, absorbed_prefill_us: float | None = None) -> list:  # noqa: ANN001
+    """What SGLang's flashinfer MLA runs on SM 9.x: absorbed fa3 decode and the non-absorbed mha-fa3 prefill (and,
+    if given, absorbed fa3 prefill records that it does not run)."""
+    out = [r for r in _grid(spec, backend, us, "fa3") if r.workload["phase"] == "decode"]
+    out += [r for r in _grid(spec, backend, us, "mha-fa3") if r.workload["phase"] == "prefill"]
+    if absorbed_prefill_us is not None:
+        out += [r for r in _grid(spec, backend, absorbed_prefill_us, "fa3") if r.workload["phase"] == "prefill"]
+    return out
+
+
+def test_sglang_flashinfer_mla_is_ranked_by_the_tactics_sglang_runs(tmp_path) -> None:
+    """SGLang prefills DeepSeek on flashinfer through the ragged (non-absorbed) wrapper (fa3 on SM 9.x) and decodes on
+    the absorbed one: a faster absorbed prefill measured beside it does not rank it."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    paged, at16 = (
+        catalogue.engine_record("sglang", "flashinfer", True)[0].name,
+        dataclasses.replace(DEEPSEEK, block_size=16),
+    )
+    with Store.open(url) as s:
+        s.write(_flashinfer_mla(at16, paged, 9.0, absorbed_prefill_us=1.0))
+    _cached.cache_clear()
+    sel = hwtune.select_attention(at16, device="h100", assume_installed=True, db=url, engine="sglang")
+    _cached.cache_clear()
+    fi = next(r for r in sel.ranked if r.backend == "flashinfer")
+    assert fi.tactics == {"decode": "fa3", "prefill": "mha-fa3"} and fi.latency_us == pytest.approx(9.0)
+
+
 def test_page_size_sglang_runs_a_backend_at_is_said_and_read(tmp_path) -> None:
     """SGLang runs flashmla at page size 64 whatever is given (_mla_backend_page_constraints): its measurements at 64
     rank it, those at the given 16 do not; fa3 keeps the given 16."""
@@ -188,7 +215,7 @@ def test_page_size_sglang_runs_a_backend_at_is_said_and_read(tmp_path) -> None:
     at16, at64 = dataclasses.replace(DEEPSEEK, block_size=16), dataclasses.replace(DEEPSEEK, block_size=64)
     flashmla, paged = (catalogue.engine_record("sglang", n, True)[0].name for n in ("flashmla", "flashinfer"))
     with Store.open(url) as s:
-        s.write(_grid(at64, flashmla, 3.0) + _grid(at16, flashmla, 50.0) + _grid(at16, paged, 9.0, "fa3"))
+        s.write(_grid(at64, flashmla, 3.0) + _grid(at16, flashmla, 50.0) + _flashinfer_mla(at16, paged, 9.0))
     _cached.cache_clear()
     sel = hwtune.select_attention(at16, device="h100", assume_installed=True, db=url, engine="sglang")
     _cached.cache_clear()
