@@ -22,6 +22,7 @@ from hwtune.core.errors import BackendNotValidError, NoValidBackendError
 from hwtune.core.types import All2AllSpec, AttentionSpec, Spec
 from hwtune.core.validation import Rejection, check, phases_of, valid_tactics
 from hwtune.selector.decision import rank as measured_rank
+from hwtune.selector.dispatch import dispatch_table
 from hwtune.selector.engine_select import (
     EngineField,
     admit_request,
@@ -34,7 +35,6 @@ from hwtune.selector.engine_select import (
 )
 from hwtune.selector.layouts import over_layouts
 from hwtune.selector.lifted import Tested, lift, tested_here
-from hwtune.selector.measured import dispatch_table
 from hwtune.selector.messages import ENV_VARS, engine_not_valid_message, no_valid_message, not_valid_message
 from hwtune.selector.mix import MixPoint, all2all_mix, load_mix, workload_mix
 from hwtune.selector.ranks import agree

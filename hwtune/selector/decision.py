@@ -1,8 +1,8 @@
 """Which measured backend wins over the engine's workload mix, decided on the same points for every backend.
 
-Each backend is costed at every mix point with its best tactic there (``measured.estimate``). The decision then
+Each backend is costed at every mix point with its best tactic there (``interpolate.estimate``). The decision then
 compares the backends on the same points and only on those every compared backend's measurements bracket (measured
-there, or with measured shapes below and above: ``measured.bracketed``). A point beyond the measured range of one
+there, or with measured shapes below and above: ``interpolate.bracketed``). A point beyond the measured range of one
 of them is an extrapolation and must not decide between them; it still counts in the cost shown. Where such shared
 points hold less than ``SHARED_FLOOR`` of the mix's weight (backends measured on different grids), every point
 decides. Among the backends within ``TIE`` of the cheapest, the one whose worst point is least behind the best
@@ -16,7 +16,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
-from hwtune.selector.measured import Evidence, bracketed, estimate
+from hwtune.selector.interpolate import bracketed, estimate
+from hwtune.selector.measured import Evidence
 from hwtune.selector.mix import MixPoint
 from hwtune.selector.selection import RankedBackend
 

@@ -1,12 +1,18 @@
-"""Per-step tactic lookup: the chosen backend's best tactic per (phase, batch or chunk, context) cell.
+"""Per-step tactic dispatch: the chosen backend's best tactic per (phase, batch or chunk, context) cell.
 
-Engines may call ``Selection.tactic_for`` every step. Cells are powers of two (``measured.dispatch_table``),
-so the lookup is two ``bit_length`` calls and one dict access into a table each Selection builds once.
+``dispatch_table`` builds the cells from the evidence once per Selection; engines may call
+``Selection.tactic_for`` every step, and cells are powers of two, so ``lookup`` is two ``bit_length`` calls and one
+dict access.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+import math
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+
+from hwtune.selector.interpolate import estimate, shape_coords
+from hwtune.selector.measured import Evidence, Point
+from hwtune.selector.mix import MixPoint
 
 if TYPE_CHECKING:
     from hwtune.selector.selection import DispatchEntry, Selection
@@ -41,3 +47,103 @@ def lookup(selection: "Selection", phase: str, batch: int, context: int, query_l
         ib -= 1
         found = cells.get((phase, ib, ic))
     return found or selection.tactics.get(phase, selection.tactic)
+
+
+ROBUST_NEIGHBOURS = 4
+#: Largest prefill chunk the dispatch grid covers (new tokens per request per step).
+MAX_CHUNK = 32768
+
+
+def _grid(phase: str, max_batch: int, max_context: int) -> list[tuple[int, int, MixPoint]]:
+    """The power-of-two cells of one phase as (row bucket, context bucket, the shape at the cell's geometric
+    centre): decode rows are batch sizes, prefill rows chunk lengths (cells with the chunk above the context
+    left out), all2all rows tokens per rank."""
+    centre = lambda m, floor: m if m <= floor else max(1, round(m / math.sqrt(2)))  # noqa: E731
+    if phase == "prefill":
+        rows = [1 << i for i in range(4, max(16, min(max_context, MAX_CHUNK) - 1).bit_length() + 1)]
+    else:
+        rows = [1 << i for i in range(max(1, max_batch - 1).bit_length() + 1)]
+    contexts = (
+        [1] if phase == "dispatch_combine" else [1 << i for i in range(4, max(16, max_context - 1).bit_length() + 1)]
+    )
+    cells = []
+    for rm in rows:
+        for cm in contexts:
+            r, c = centre(rm, 1 if phase != "prefill" else 16), centre(cm, 16)
+            if phase == "prefill":
+                if rm > cm:
+                    continue
+                cells.append((rm, cm, MixPoint(phase, 1, c, 1.0, min(r, c))))
+            else:
+                cells.append((rm, cm, MixPoint(phase, r, c, 1.0, 1)))
+    return cells
+
+
+def _box(tactics: Mapping[str, Sequence[Point]], phase: str) -> tuple[float, float, float, float]:
+    """(min x, max x, min y, max y) of every shape measured for the phase, in ``_coords``."""
+    coords = [shape_coords(phase, p.batch, p.context, p.query_len) for pts in tactics.values() for p in pts]
+    xs, ys = [c[0] for c in coords], [c[1] for c in coords]
+    return min(xs), max(xs), min(ys), max(ys)
+
+
+#: Tactics within this factor of the best at the nearest measured shape count as tied there.
+TIE = 1.05
+
+
+def _robust(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> str | None:
+    """Beyond the measured range: the winner at the nearest measured edge shape (every tactic measured there);
+    where tactics tie there (within ``TIE``), the one whose worst ratio to the best is smallest over the measured
+    shapes within one doubling, so a 1 % winner at the edge is not extended where a neighbour shows it losing.
+    None inside the range."""
+    x0, x1, y0, y1 = _box(tactics, mp.phase)
+    x, y = shape_coords(mp.phase, mp.batch, mp.context, mp.query_len)
+    edge = (min(max(x, x0), x1), min(max(y, y0), y1))
+    if edge == (x, y) or len(tactics) < 2:
+        return None
+    shared = set.intersection(*({(p.batch, p.context, p.query_len) for p in pts} for pts in tactics.values()))
+    dist = {k: math.dist(shape_coords(mp.phase, *k), edge) for k in shared}
+    if not dist:
+        return None
+    lat = {t: {(p.batch, p.context, p.query_len): p.latency_us for p in pts} for t, pts in tactics.items()}
+    nearest = sorted(dist, key=lambda k: (dist[k], k))
+    at_edge = {t: lat[t][nearest[0]] for t in sorted(tactics)}
+    tied = [t for t in at_edge if at_edge[t] <= TIE * min(at_edge.values())]
+    hood = [k for k in nearest if dist[k] <= dist[nearest[0]] + 1.0][:ROBUST_NEIGHBOURS]
+    worst = {t: max(lat[t][k] / min(lat[o][k] for o in tactics) for k in hood) for t in tied}
+    return min(worst, key=lambda t: (worst[t], at_edge[t]))
+
+
+def _best_tactic(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> tuple[str, float, bool] | None:
+    """(tactic, latency, exact) for one cell: the cheapest estimate inside the measured range, the robust tactic
+    beyond it."""
+    ests = {t: e for t, pts in sorted(tactics.items()) if (e := estimate(pts, mp)) is not None}
+    if not ests:
+        return None
+    best = min(ests, key=lambda t: ests[t][0])
+    robust = _robust(tactics, mp)
+    if robust is not None and robust in ests:
+        best = robust
+    return best, ests[best][0], ests[best][1]
+
+
+def dispatch_table(ev: Evidence, backend: str, max_batch: int, max_context: int) -> tuple[DispatchEntry, ...]:
+    """Best tactic of ``backend`` per cell of a power-of-two grid: decode by batch x context, prefill by chunk x
+    context, all2all by tokens per rank (``_grid``).
+
+    Inside the measured range each cell's tactic minimises the estimated latency at the cell's geometric
+    centre, so shapes between measured points follow the measured crossovers; beyond it, the tactic robust
+    across the nearest measured shapes (``_robust``). ``hwtune.selector.dispatch.lookup`` finds a cell by bit
+    length in constant time.
+    """
+    from hwtune.selector.selection import DispatchEntry
+
+    out: list[DispatchEntry] = []
+    for phase in sorted({p for (b, _t, p) in ev.points if b == backend}):
+        tactics = {t: pts for (b, t, p), pts in ev.points.items() if b == backend and p == phase}
+        for rm, cm, mp in _grid(phase, max_batch, max_context):
+            best = _best_tactic(tactics, mp)
+            if best is not None:
+                tactic, latency, exact = best
+                source = "measured" if exact else "interpolated"
+                out.append(DispatchEntry(phase, rm, cm, tactic, round(latency, 2), source))
+    return tuple(out)

@@ -22,9 +22,8 @@ Within this fingerprint many hosts write the same store, and one of them may be 
   measured) is discordant: none of its timings of that backend are used, and the notes say so. A host that is
   honest where it can be checked and lies only where it cannot is not caught.
 
-For each mix point a backend's latency is its best tactic's: measured at that exact shape, or interpolated
-from measured neighbours of the same phase by a local log-linear fit in (log batch, log context). Which backend
-wins over the mix is ``hwtune.selector.decision``'s to say.
+What the evidence then gives: a backend's latency at a shape (``hwtune.selector.interpolate``), its best tactic
+per cell (``hwtune.selector.dispatch``), which backend wins over the mix (``hwtune.selector.decision``).
 """
 
 from __future__ import annotations
@@ -34,14 +33,11 @@ import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping
 
 from hwtune.core.environment import differences
 from hwtune.core.records import DISQUALIFYING
-from hwtune.selector.mix import MixPoint
-from hwtune.selector.selection import DispatchEntry
 
-NEIGHBOURS = 4
 #: Hosts of one fingerprint that must have measured a candidate before one host's failure of it is outvoted:
 #: the dissenting host and at least two that measured the same backend, tactic and workload correct.
 QUORUM = 3
@@ -254,205 +250,3 @@ def _discordant_note(backend: str, host: str, factor: float, shared: int, alone:
         f" {DISCORDANT_FACTOR:g}), so its {alone} shape(s) that no other host measured are left out too."
         f" Check host {host} (clocks, power limit, other load) and measure again there"
     )
-
-
-def _log(x: float) -> float:
-    return math.log2(max(x, 1e-9))
-
-
-def _coords(phase: str, batch: int, context: int, query_len: int) -> tuple[float, float]:
-    """Where a shape lies for interpolation (log2): decode by (batch, context); prefill by (new tokens, context
-    per new token), since which kernel wins follows the chunk and how much cached prefix it attends to (a short
-    chunk on a long prefix is another regime from a chunk on an empty cache). Latency grows along both axes."""
-    if phase == "prefill":
-        return _log(batch * query_len), _log(context / max(1, query_len))
-    return _log(batch), _log(context)
-
-
-def _order(phase: str, batch: int, context: int, query_len: int) -> tuple[int, int]:
-    """The axes along which latency never falls: (batch, context) in decode, (new tokens, context) in prefill
-    (at a fixed context a longer chunk attends more query rows to nearly as many keys)."""
-    return (batch * query_len if phase == "prefill" else batch), context
-
-
-def _fit(near: list[tuple[tuple[float, float], float]], x: float, y: float) -> float:
-    """log2 latency at (x, y) from the nearest points: a local log-linear fit, within the neighbours' spread;
-    inverse-distance weighting where the points are too few or collinear."""
-    target = [_log(lat) for _c, lat in near]
-    coef = _least_squares([(1.0, cx, cy) for (cx, cy), _lat in near], target)
-    if coef is None:
-        weights = [1 / (1e-6 + (cx - x) ** 2 + (cy - y) ** 2) for (cx, cy), _lat in near]
-        return sum(w * t for w, t in zip(weights, target)) / sum(weights)
-    lo, hi = min(target), max(target)
-    spread = max(1.0, hi - lo)
-    return min(max(coef[0] + coef[1] * x + coef[2] * y, lo - spread), hi + spread)
-
-
-def estimate(points: Sequence[Point], mp: MixPoint) -> tuple[float, bool, float] | None:
-    """(latency_us, exact, confidence) at ``mp`` from one tactic's points of the same phase.
-
-    The fit uses the nearest shapes in ``_coords`` (for a prefill: chunk and context per new token, so a short
-    chunk on a long prefix is interpolated from such shapes). Latency never falls as a shape grows
-    (``_order``), so an estimate lies between the slowest measured point the shape dominates and the fastest
-    measured point that dominates it. Below the measured range it is the fastest dominating point (never an
-    optimistic guess under anything measured); beyond it, the fit, no lower than what the shape dominates.
-    Confidence halves outside the measured box."""
-    pool = _pool(points, mp)
-    if not pool:
-        return None
-    for p in pool:
-        if (p.batch, p.context, p.query_len) == (mp.batch, mp.context, mp.query_len):
-            return p.latency_us, True, 1.0
-    x, y = _coords(mp.phase, mp.batch, mp.context, mp.query_len)
-    pts = [(_coords(mp.phase, p.batch, p.context, p.query_len), p.latency_us) for p in pool]
-    near = sorted(pts, key=lambda pt: (pt[0][0] - x) ** 2 + (pt[0][1] - y) ** 2)[:NEIGHBOURS]
-    val = 2.0 ** _fit(near, x, y)
-    rx, ry = _order(mp.phase, mp.batch, mp.context, mp.query_len)
-    order = [(_order(mp.phase, p.batch, p.context, p.query_len), p.latency_us) for p in pool]
-    below = [lat for (ox, oy), lat in order if ox <= rx and oy <= ry]
-    above = [lat for (ox, oy), lat in order if ox >= rx and oy >= ry]
-    if below:
-        val = max(val, max(below))
-    if above:
-        val = min(val, min(above)) if below else min(above)
-    d0 = math.dist(near[0][0], (x, y))
-    conf = 1.0 / (1.0 + d0 / 2) * (1.0 if below and above else 0.5)
-    return val, False, conf
-
-
-def _pool(points: Sequence[Point], mp: MixPoint) -> list[Point]:
-    """The points an estimate at ``mp`` reads: decode's at the engine's query tokens per request where measured."""
-    if mp.phase != "prefill":
-        return [p for p in points if p.query_len == mp.query_len] or list(points)
-    return list(points)
-
-
-def bracketed(points: Sequence[Point], mp: MixPoint) -> bool:
-    """Whether ``mp`` lies within the measured range: measured itself, or with measured shapes both below and above
-    it along ``_order`` (its estimate then lies between measurements, never an extrapolation)."""
-    rx, ry = _order(mp.phase, mp.batch, mp.context, mp.query_len)
-    order = [_order(mp.phase, p.batch, p.context, p.query_len) for p in _pool(points, mp)]
-    return any(ox <= rx and oy <= ry for ox, oy in order) and any(ox >= rx and oy >= ry for ox, oy in order)
-
-
-def _least_squares(rows: list[tuple[float, float, float]], y: list[float]) -> list[float] | None:
-    """Solve the 3x3 normal equations; None when degenerate (a column constant or too few points)."""
-    if len(rows) < 3:
-        return None
-    cols = [c for c in range(3) if c == 0 or len({r[c] for r in rows}) > 1]
-    a = [[sum(r[i] * r[j] for r in rows) for j in cols] for i in cols]
-    b = [sum(r[i] * t for r, t in zip(rows, y)) for i in cols]
-    n = len(cols)
-    for i in range(n):  # Gauss-Jordan with partial pivoting
-        piv = max(range(i, n), key=lambda k: abs(a[k][i]))
-        if abs(a[piv][i]) < 1e-9:
-            return None
-        a[i], a[piv], b[i], b[piv] = a[piv], a[i], b[piv], b[i]
-        for k in range(n):
-            if k != i:
-                f = a[k][i] / a[i][i]
-                a[k] = [ak - f * ai for ak, ai in zip(a[k], a[i])]
-                b[k] -= f * b[i]
-    sol = [b[i] / a[i][i] for i in range(n)]
-    full = [0.0, 0.0, 0.0]
-    for c, v in zip(cols, sol):
-        full[c] = v
-    return full
-
-
-ROBUST_NEIGHBOURS = 4
-#: Largest prefill chunk the dispatch grid covers (new tokens per request per step).
-MAX_CHUNK = 32768
-
-
-def _grid(phase: str, max_batch: int, max_context: int) -> list[tuple[int, int, MixPoint]]:
-    """The power-of-two cells of one phase as (row bucket, context bucket, the shape at the cell's geometric
-    centre): decode rows are batch sizes, prefill rows chunk lengths (cells with the chunk above the context
-    left out), all2all rows tokens per rank."""
-    centre = lambda m, floor: m if m <= floor else max(1, round(m / math.sqrt(2)))  # noqa: E731
-    if phase == "prefill":
-        rows = [1 << i for i in range(4, max(16, min(max_context, MAX_CHUNK) - 1).bit_length() + 1)]
-    else:
-        rows = [1 << i for i in range(max(1, max_batch - 1).bit_length() + 1)]
-    contexts = (
-        [1] if phase == "dispatch_combine" else [1 << i for i in range(4, max(16, max_context - 1).bit_length() + 1)]
-    )
-    cells = []
-    for rm in rows:
-        for cm in contexts:
-            r, c = centre(rm, 1 if phase != "prefill" else 16), centre(cm, 16)
-            if phase == "prefill":
-                if rm > cm:
-                    continue
-                cells.append((rm, cm, MixPoint(phase, 1, c, 1.0, min(r, c))))
-            else:
-                cells.append((rm, cm, MixPoint(phase, r, c, 1.0, 1)))
-    return cells
-
-
-def _box(tactics: Mapping[str, Sequence[Point]], phase: str) -> tuple[float, float, float, float]:
-    """(min x, max x, min y, max y) of every shape measured for the phase, in ``_coords``."""
-    coords = [_coords(phase, p.batch, p.context, p.query_len) for pts in tactics.values() for p in pts]
-    xs, ys = [c[0] for c in coords], [c[1] for c in coords]
-    return min(xs), max(xs), min(ys), max(ys)
-
-
-#: Tactics within this factor of the best at the nearest measured shape count as tied there.
-TIE = 1.05
-
-
-def _robust(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> str | None:
-    """Beyond the measured range: the winner at the nearest measured edge shape (every tactic measured there);
-    where tactics tie there (within ``TIE``), the one whose worst ratio to the best is smallest over the measured
-    shapes within one doubling, so a 1 % winner at the edge is not extended where a neighbour shows it losing.
-    None inside the range."""
-    x0, x1, y0, y1 = _box(tactics, mp.phase)
-    x, y = _coords(mp.phase, mp.batch, mp.context, mp.query_len)
-    edge = (min(max(x, x0), x1), min(max(y, y0), y1))
-    if edge == (x, y) or len(tactics) < 2:
-        return None
-    shared = set.intersection(*({(p.batch, p.context, p.query_len) for p in pts} for pts in tactics.values()))
-    dist = {k: math.dist(_coords(mp.phase, *k), edge) for k in shared}
-    if not dist:
-        return None
-    lat = {t: {(p.batch, p.context, p.query_len): p.latency_us for p in pts} for t, pts in tactics.items()}
-    nearest = sorted(dist, key=lambda k: (dist[k], k))
-    at_edge = {t: lat[t][nearest[0]] for t in sorted(tactics)}
-    tied = [t for t in at_edge if at_edge[t] <= TIE * min(at_edge.values())]
-    hood = [k for k in nearest if dist[k] <= dist[nearest[0]] + 1.0][:ROBUST_NEIGHBOURS]
-    worst = {t: max(lat[t][k] / min(lat[o][k] for o in tactics) for k in hood) for t in tied}
-    return min(worst, key=lambda t: (worst[t], at_edge[t]))
-
-
-def _best_tactic(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> tuple[str, float, bool] | None:
-    """(tactic, latency, exact) for one cell: the cheapest estimate inside the measured range, the robust tactic
-    beyond it."""
-    ests = {t: e for t, pts in sorted(tactics.items()) if (e := estimate(pts, mp)) is not None}
-    if not ests:
-        return None
-    best = min(ests, key=lambda t: ests[t][0])
-    robust = _robust(tactics, mp)
-    if robust is not None and robust in ests:
-        best = robust
-    return best, ests[best][0], ests[best][1]
-
-
-def dispatch_table(ev: Evidence, backend: str, max_batch: int, max_context: int) -> tuple[DispatchEntry, ...]:
-    """Best tactic of ``backend`` per cell of a power-of-two grid: decode by batch x context, prefill by chunk x
-    context, all2all by tokens per rank (``_grid``).
-
-    Inside the measured range each cell's tactic minimises the estimated latency at the cell's geometric
-    centre, so shapes between measured points follow the measured crossovers; beyond it, the tactic robust
-    across the nearest measured shapes (``_robust``). ``hwtune.selector.dispatch.lookup`` finds a cell by bit
-    length in constant time.
-    """
-    out: list[DispatchEntry] = []
-    for phase in sorted({p for (b, _t, p) in ev.points if b == backend}):
-        tactics = {t: pts for (b, t, p), pts in ev.points.items() if b == backend and p == phase}
-        for rm, cm, mp in _grid(phase, max_batch, max_context):
-            best = _best_tactic(tactics, mp)
-            if best is not None:
-                tactic, latency, exact = best
-                source = "measured" if exact else "interpolated"
-                out.append(DispatchEntry(phase, rm, cm, tactic, round(latency, 2), source))
-    return tuple(out)

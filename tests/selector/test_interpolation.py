@@ -3,7 +3,9 @@ bounded by the measured shapes they lie between, and the robust tactic beyond th
 
 import pytest
 
-from hwtune.selector.measured import Evidence, Point, dispatch_table, estimate
+from hwtune.selector.dispatch import dispatch_table
+from hwtune.selector.interpolate import estimate
+from hwtune.selector.measured import Evidence, Point
 from hwtune.selector.mix import MixPoint
 from hwtune.selector.selection import Selection
 

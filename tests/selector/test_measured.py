@@ -13,7 +13,8 @@ from hwtune.core.types import AttentionSpec, AttentionWorkload
 from hwtune.db.sqlite_direct import SCHEMA_REVISION, read_for_selection
 from hwtune.db.store import Store
 from hwtune.selector.api import _cached
-from hwtune.selector.measured import Point, estimate
+from hwtune.selector.interpolate import estimate
+from hwtune.selector.measured import Point
 from hwtune.selector.mix import MixPoint
 
 SPEC = AttentionSpec(32, 8, 128)
