@@ -35,14 +35,26 @@ def _fake_cudnn_prefill(q, k_cache, v_cache, scale, workspace, *, max_token_per_
     assert actual_seq_lens_q.shape == (b, 1, 1, 1) and actual_seq_lens_kv.shape == (b, 1, 1, 1)
     assert lse.shape == (b, max_token_per_sequence, heads), "lse must have shape (num_sequences, max_token, h_qo)"
     assert return_lse and causal
-    page, kv_heads = k_cache.shape[1], k_cache.shape[2]  # NHD pages: [pages, page, kv_heads, dim]
+    kv_heads, page = k_cache.shape[1], k_cache.shape[2]  # FlashInfer's docstring: [pages, kv_heads, page, dim]
     for r in range(b):
         m, n = int(actual_seq_lens_q[r]), int(actual_seq_lens_kv[r])
         start = int(batch_offsets_q[r]) // (heads * dim)
         assert int(batch_offsets_o[r]) == int(batch_offsets_q[r])
         pages = block_tables[r, : math.ceil(n / page)].long()
-        k = k_cache[pages].reshape(-1, kv_heads, dim)[:n].float().repeat_interleave(heads // kv_heads, 1)
-        v = v_cache[pages].reshape(-1, kv_heads, dim)[:n].float().repeat_interleave(heads // kv_heads, 1)
+        k = (
+            k_cache[pages]
+            .transpose(1, 2)
+            .reshape(-1, kv_heads, dim)[:n]
+            .float()
+            .repeat_interleave(heads // kv_heads, 1)
+        )
+        v = (
+            v_cache[pages]
+            .transpose(1, 2)
+            .reshape(-1, kv_heads, dim)[:n]
+            .float()
+            .repeat_interleave(heads // kv_heads, 1)
+        )
         s = torch.einsum("qhd,khd->hqk", q[start : start + m].float(), k) * scale
         visible = torch.arange(n)[None, :] <= (n - m + torch.arange(m))[:, None]
         s = s.masked_fill(~visible, float("-inf"))

@@ -178,7 +178,8 @@ class FlashInferRunner(Runner):
     def _plan_cudnn(self, p: AttentionProblem) -> None:
         """Bind cuDNN's paged prefill to this batch, as the wrapper's plan + run would (element offsets, lengths as
         ``[batch, 1, 1, 1]``: on the GPU for the cuDNN graph, on the host for FlashInfer's cubin fallback), with a
-        ``[batch, max_query_len, heads]`` LSE and the (request, position) row of each token to gather it."""
+        ``[batch, max_query_len, heads]`` LSE and the (request, position) row of each token to gather it, and K/V as
+        the ``[pages, kv_heads, page, dim]`` views cuDNN reads."""
         from flashinfer.cudnn import cudnn_batch_prefill_with_kv_cache
         from flashinfer.cudnn.prefill import CUDNN_AVAILABLE
 
@@ -199,6 +200,10 @@ class FlashInferRunner(Runner):
         self.lse_padded = torch.empty(b, p.max_query_len, spec.num_heads, dtype=torch.float32, device=dev)
         rows = [(r, i) for r, m in enumerate(p.query_lens) for i in range(m)]
         self.lse_rows = torch.tensor(rows, dtype=torch.long, device=dev).T
+        # cuDNN reads paged K/V as [pages, kv_heads, page, dim] by shape and stride (flashinfer/cudnn/prefill.py
+        # _build_prefill_graph): an NHD cache goes as a transposed view, nothing copied
+        k, v = p.k_cache(), p.v_cache()
+        self.cudnn_kv = (k.transpose(1, 2), v.transpose(1, 2)) if p.layout == "NHD" else (k, v)
 
     def _plan_sink(self, p: AttentionProblem, common: dict[str, Any]) -> None:
         """``BatchAttentionWithAttentionSinkWrapper`` (the prefill wrapper with FlashInfer's AttentionSink variant, fa2
@@ -243,8 +248,7 @@ class FlashInferRunner(Runner):
         if self.mode == "cudnn":
             self.cudnn_fn(
                 p.q,
-                p.k_cache(),
-                p.v_cache(),
+                *self.cudnn_kv,
                 p.softmax_scale,
                 self.workspace,
                 out=self.out,
