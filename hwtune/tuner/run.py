@@ -16,6 +16,7 @@ import math
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -32,7 +33,7 @@ from hwtune.probes.attention.worker import WorkerPool
 from hwtune.probes.timing import TimingOptions
 from hwtune.tuner.options import TuneOptions
 from hwtune.tuner.plan import Plan, PlanItem, _kv_fits
-from hwtune.tuner.schedule import bisections, order_refinements
+from hwtune.tuner.schedule import PRUNE_FACTOR, bisections, order_refinements, pruned
 
 
 @dataclass
@@ -97,6 +98,8 @@ class Tuner:
         self._notes: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._items: dict[str, PlanItem] = {i.key: i for i in plan.items}
+        self._pruned_counts: Counter[str] = Counter()
 
     # --- the queue ------------------------------------------------------------------------------------
 
@@ -165,6 +168,7 @@ class Tuner:
 
         w = item.workload
         if isinstance(w, AttentionWorkload):
+            skip = skip | self._pruned(item)
             planned = [c for c in plan_candidates(w, self.profile, backends) if (c.backend, c.tactic) not in skip]
             measure_attention(
                 w,
@@ -227,6 +231,12 @@ class Tuner:
             self._work(queue_id, run_id, report, started)
             if report.state == "running":
                 report.state = "done"
+            if self._pruned_counts:
+                left = ", ".join(f"{c} at {n}" for c, n in sorted(self._pruned_counts.items()))
+                report.notes.append(
+                    f"not measured at refinement points where they were {PRUNE_FACTOR:g}x or more slower than the best"
+                    f" at every measured neighbour: {left} point(s)"
+                )
         except KeyboardInterrupt:
             report.state = "interrupted"
             report.notes.append("interrupted: measured results are stored; continue with --resume")
@@ -246,7 +256,7 @@ class Tuner:
 
     def _work(self, queue_id: str, run_id: str, report: TuneReport, started: float) -> None:
         """Claim and measure items until the queue is empty or the budget is spent."""
-        items = {i.key: i for i in self.plan.items}
+        items = self._items = {i.key: i for i in self.plan.items}
         refine = [i for i in self.plan.items if i.level > 0]
         durations: list[float] = []
         with WorkerPool() as pool:
@@ -270,6 +280,18 @@ class Tuner:
                 t0 = time.monotonic()
                 self._measure_claimed(item, queue_id, run_id, pool, report, len(items))
                 durations.append(time.monotonic() - t0)
+
+    def _pruned(self, item: PlanItem) -> frozenset[tuple[str, str]]:
+        """At a refinement or bisection point, the candidates ``schedule.pruned`` leaves out, counted for the report."""
+        if item.level == 0:
+            return frozenset()
+        others = [i for i in self._items.values() if i.key != item.key]
+        done = self.store.measurements(workload_keys=[i.key for i in others], environment_hash=self.env.hash())
+        left_out = pruned(item, others, done)
+        with self._lock:
+            for backend, tactic in left_out:
+                self._pruned_counts[f"{backend}/{tactic}"] += 1
+        return left_out
 
     def _wait_for_others(self, queue_id: str, report: TuneReport, total: int) -> None:
         """Take over items of gone processes of this host at once; otherwise say whose items the run waits for and

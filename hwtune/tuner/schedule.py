@@ -8,6 +8,11 @@ whose neighbours agree is measured last, if time remains. Then the plan adapts (
 measured neighbours along one axis (decode: batch, context; prefill: chunk, cached prefix) are won by different
 (backend, tactic) candidates that are not a near-tie, and lie at least ``BISECT_FACTOR`` apart, the point
 between them (geometric mean) is measured, and again until every crossover is located within that factor.
+
+A refinement or bisection point does not measure a candidate that was at least ``PRUNE_FACTOR`` slower than the
+best at every one of its measured neighbours (``pruned``): it cannot win between them, and each measurement of it
+costs time (FLEX_ATTENTION compiles per shape). Coarse points measure every candidate, so every candidate keeps a
+measured range that brackets the whole plan.
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ from hwtune.tuner.plan import PlanItem
 BISECT_FACTOR = 4
 #: Winners within this factor of each other at both neighbours are a near-tie: nothing worth locating.
 NEAR_TIE = 1.03
+#: A candidate this many times slower than the best at every measured neighbour of a point is not measured there.
+PRUNE_FACTOR = 3.0
+#: Measured neighbours (nearest first, same kind, phase and spec) that decide ``pruned``; at least two are needed.
+PRUNE_NEIGHBOURS = 4
 
 
 def winners(records: Iterable[MeasurementRecord]) -> dict[str, tuple[str, str, float]]:
@@ -144,3 +153,22 @@ def bisections(
                     if item.key not in known and fits(item):
                         new[item.key] = item
     return list(new.values())
+
+
+def pruned(
+    item: PlanItem, measured: Sequence[PlanItem], records: Iterable[MeasurementRecord]
+) -> frozenset[tuple[str, str]]:
+    """The (backend, tactic) candidates not worth measuring at ``item`` (module docstring): measured at each of its
+    nearest measured neighbours (``PRUNE_NEIGHBOURS``, at least two) and ``PRUNE_FACTOR`` or more slower than the
+    best there at every one."""
+    timed = _timings(records)
+    group, x, y = _coords(item)
+    near = sorted(
+        (m for m in measured if m.key != item.key and _coords(m)[0] == group and timed.get(m.key)),
+        key=lambda m: (_coords(m)[1] - x) ** 2 + (_coords(m)[2] - y) ** 2,
+    )[:PRUNE_NEIGHBOURS]
+    if len(near) < 2:
+        return frozenset()
+    at = [timed[m.key] for m in near]
+    shared = set.intersection(*(set(t) for t in at))
+    return frozenset(c for c in shared if all(t[c] >= PRUNE_FACTOR * min(t.values()) for t in at))

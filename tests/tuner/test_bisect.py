@@ -1,10 +1,11 @@
 """The plan adapts (issue 17): points between measured neighbours whose winners differ are added, until every
-crossover that matters is located within BISECT_FACTOR; near-ties and agreeing neighbours add nothing."""
+crossover that matters is located within BISECT_FACTOR; near-ties and agreeing neighbours add nothing; a candidate far
+behind at every measured neighbour of a point is not measured there (``pruned``), in the tuner too."""
 
 from hwtune.core.records import LatencyStats, MeasurementRecord
 from hwtune.core.types import AttentionSpec, AttentionWorkload
 from hwtune.tuner.plan import PlanItem
-from hwtune.tuner.schedule import BISECT_FACTOR, bisections
+from hwtune.tuner.schedule import BISECT_FACTOR, PRUNE_FACTOR, bisections, pruned
 
 SPEC = AttentionSpec(32, 8, 128)
 
@@ -17,12 +18,10 @@ def prefill(chunk: int, prefix: int) -> PlanItem:
     return PlanItem(AttentionWorkload(SPEC, "prefill", 1, chunk + prefix, query_len=chunk))
 
 
-def timed(item: PlanItem, **latency: float) -> list[MeasurementRecord]:
+def timed(item: PlanItem, backend: str = "FLASHINFER", **latency: float) -> list[MeasurementRecord]:
     w = item.workload
     return [
-        MeasurementRecord(
-            "attention", w.to_dict(), w.key(), "FLASHINFER", t, "ok", stats=LatencyStats.from_samples([us])
-        )
+        MeasurementRecord("attention", w.to_dict(), w.key(), backend, t, "ok", stats=LatencyStats.from_samples([us]))
         for t, us in latency.items()
     ]
 
@@ -74,3 +73,20 @@ def test_prefill_is_bisected_along_the_cached_prefix_for_one_chunk() -> None:
     new = bisections([prefill(128, 0), prefill(128, 32768)], rec)
     assert [(i.workload.query_len, i.workload.context_len - i.workload.query_len) for i in new] == [(128, 181)]
     assert new[0].level == 1
+
+
+def test_a_candidate_far_behind_at_every_measured_neighbour_is_pruned_there() -> None:
+    lo, hi, mid = decode(1, 512), decode(1, 8192), PlanItem(AttentionWorkload(SPEC, "decode", 1, 2048), level=1)
+    far = PRUNE_FACTOR * 1.01
+    rec = timed(lo, fa2=10.0) + timed(hi, fa2=20.0)
+    rec += timed(lo, "FLEX_ATTENTION", compiled=10.0 * far) + timed(hi, "FLEX_ATTENTION", compiled=20.0 * far)
+    assert pruned(mid, [lo, hi], rec) == {("FLEX_ATTENTION", "compiled")}
+    # close at one neighbour: it may win in between, so it is measured
+    close = timed(lo, fa2=10.0) + timed(hi, fa2=20.0)
+    close += timed(lo, "FLEX_ATTENTION", compiled=10.0 * far) + timed(hi, "FLEX_ATTENTION", compiled=20.0 * 2)
+    assert pruned(mid, [lo, hi], close) == frozenset()
+    # one measured neighbour is not evidence enough; another phase's points are not neighbours
+    assert pruned(mid, [lo], rec) == frozenset()
+    other = prefill(128, 0)
+    rec_other = rec + timed(other, fa2=1.0)
+    assert pruned(mid, [lo, other], rec_other) == frozenset()

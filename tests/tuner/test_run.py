@@ -216,3 +216,53 @@ def test_a_run_narrowed_to_other_backends_is_another_queue(tmp_path: Path) -> No
     assert measured == {("FLEX_ATTENTION", "compiled")}
     changed = Plan(name="narrowed", items=plan.items, time_cap_s=0.5)
     assert changed.digest() != plan.digest(), "the timing cap is part of the plan"
+
+
+PRUNE_PLAN = """
+name = "prune-test"
+time_cap_s = 0.05
+[[attention]]
+num_heads = 4
+num_kv_heads = 2
+head_size = 32
+dtype = "float32"
+kv_layout = "NHD"
+backends = ["TORCH_SDPA:math", "FLEX_ATTENTION"]
+[[attention.decode]]
+batch = [1]
+context = [64, 256]
+[[attention.decode]]
+batch = [1]
+context = [128]
+level = 1
+"""
+
+
+def test_a_candidate_far_behind_is_not_measured_at_refinement_points(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """FLEX (faked 20x slower than SDPA at both coarse points) is measured there, not at the refinement point between
+    them, and the report says so (schedule.pruned)."""
+    from hwtune.core.records import LatencyStats, MeasurementRecord
+    from hwtune.tuner import run as run_module
+
+    f = tmp_path / "plan.toml"
+    f.write_text(PRUNE_PLAN)
+    latency = {"TORCH_SDPA": 10.0, "FLEX_ATTENTION": 200.0}
+    tuner_env = {}
+
+    def fake_measure(w, planned, *, on_record, run_id, **_kw):  # noqa: ANN001, ANN202
+        env = tuner_env["env"]
+        for c in planned:
+            stats = LatencyStats.from_samples([latency[c.backend] * w.context_len / 64])
+            rec = MeasurementRecord("attention", w.to_dict(), w.key(), c.backend, c.tactic, "ok", stats=stats)
+            rec.environment, rec.environment_hash, rec.run_id, rec.host = env.fingerprint(), env.hash(), run_id, "h"
+            on_record(rec)
+
+    monkeypatch.setattr(run_module, "measure_attention", fake_measure)
+    with Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}") as store:
+        tuner = Tuner(plan_from_toml(f), store, opts())
+        tuner_env["env"] = tuner.env
+        report = tuner.run()
+        measured = Counter((r.backend, r.workload["context_len"]) for r in store.measurements("attention"))
+    assert measured == Counter({("TORCH_SDPA", 64): 1, ("TORCH_SDPA", 256): 1, ("TORCH_SDPA", 128): 1,
+                                ("FLEX_ATTENTION", 64): 1, ("FLEX_ATTENTION", 256): 1})  # fmt: skip
+    assert any("FLEX_ATTENTION/compiled at 1 point(s)" in n for n in report.notes), report.notes
