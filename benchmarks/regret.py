@@ -10,7 +10,9 @@ Per model (``--model CONFIG[:TP]``, repeatable; default Llama-3.1-8B at TP 1), i
    hwtune (measured selection from train.db + its dispatch table), hwtune per phase, the static priority
    list (hwtune without a store), FlashInfer's own auto choice (decode wrapper default = fa2 on CUDA cores,
    prefill auto = fa3 on SM90: flashinfer/utils.py determine_attention_backend), and the best single fixed
-   (backend, tactic) per phase in hindsight.
+   (backend, tactic) per phase in hindsight. A policy whose pick the oracle did not measure scores inf there: the
+   static list scored off the measuring machine (``--device``, packages assumed installed) picks FLASH_ATTN first,
+   which the H100 runs did not have.
 5. Warm and cold selection latency.
 
     python benchmarks/regret.py --out DIR [--model CONFIG[:TP] ...] [--steps quick,default,oracle,score]  (GPU)
