@@ -3,7 +3,8 @@
 Per model (``--model CONFIG[:TP]``, repeatable; default Llama-3.1-8B at TP 1), into ``OUT/<model>-tp<TP>/``:
 1. ``quick``: time `hwtune tune --quick` on the model (first, on a fresh machine, so JIT counts).
 2. ``default``: tune the model's default plan into train.db (``--backends``, default FLASHINFER and
-   TRITON_ATTN:auto; ``all`` for every valid backend) in one KV layout (``--kv-layout``, default NHD).
+   HWTUNE_TRITON_ATTN:auto, for MLA FLASHINFER_FA_MLA and HWTUNE_TRITON_MLA:auto; ``all`` for every valid backend)
+   in one KV layout (``--kv-layout``, default NHD).
 3. ``oracle``: measure >= 30 other workloads (decode batch x context, prefill chunk x cached prefix, between
    and beyond the plan's points) exhaustively with the same candidates into oracle.db.
 4. Regret of each policy = latency of its (backend, tactic) / the oracle's best, per oracle workload:
