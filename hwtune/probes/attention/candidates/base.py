@@ -89,6 +89,15 @@ class Candidate(ABC):
         )
 
 
+def triton_gpu_unavailable(device: str) -> str | None:
+    """Why hwtune's own Triton kernels cannot run here, or None: they need a CUDA device that torch sees."""
+    import torch
+
+    if device != "cuda" or not torch.cuda.is_available():
+        return "hwtune's Triton kernels run on CUDA GPUs only (no CUDA device visible to torch)"
+    return None
+
+
 def load_candidate(backend: str, override: str | None = None) -> Candidate:
     """Import the candidate class that ``backend``'s catalogue record names (``override`` = "module:Class",
     used by fault tests). Modules are imported only inside the worker."""

@@ -122,8 +122,6 @@ class FlashInferRunner(Runner):
             self._plan_decode(p, common)
         elif self.mode == "cudnn":
             self._plan_cudnn(p)
-        elif self.mode == "sink":
-            self._plan_sink(p, common)
         else:
             self._plan_prefill(p, common)
 
@@ -156,9 +154,22 @@ class FlashInferRunner(Runner):
         )
 
     def _plan_prefill(self, p: AttentionProblem, common: dict[str, Any]) -> None:
-        """BatchPrefill wrapper for the tactic's backend, then plan."""
+        """The prefill wrapper for the tactic's backend, built once (with sinks
+        ``BatchAttentionWithAttentionSinkWrapper``, the prefill wrapper with FlashInfer's AttentionSink variant), then
+        planned with ``causal=problem.causal``."""
         spec = p.spec
-        if self.wrapper is None:
+        if self.wrapper is None and self.mode == "sink":
+            self.wrapper = self.fi.BatchAttentionWithAttentionSinkWrapper(
+                self.workspace,
+                p.layout,
+                backend=_PREFILL_BACKEND[self.tactic],
+                q_data_type=p.q.dtype,
+                kv_data_type=p.kv_cache.dtype,
+                head_dim_qk=spec.head_size,
+                head_dim_vo=spec.head_size,
+                window_left=self._window(p),
+            )
+        elif self.wrapper is None:
             self.wrapper = self.fi.BatchPrefillWithPagedKVCacheWrapper(
                 self.workspace, p.layout, backend=_PREFILL_BACKEND[self.tactic]
             )
@@ -197,41 +208,11 @@ class FlashInferRunner(Runner):
             batch_offsets_q=(p.query_start_loc * (spec.num_heads * spec.head_size)).int(),
             batch_offsets_o=(p.query_start_loc * (spec.num_heads * spec.head_size)).int(),
         )
-        self.lse_padded = torch.empty(b, p.max_query_len, spec.num_heads, dtype=torch.float32, device=dev)
-        rows = [(r, i) for r, m in enumerate(p.query_lens) for i in range(m)]
-        self.lse_rows = torch.tensor(rows, dtype=torch.long, device=dev).T
+        self.lse_padded, self.lse_rows = padded_lse(p.query_lens, spec.num_heads, dev)
         # cuDNN reads paged K/V as [pages, kv_heads, page, dim] by shape and stride (flashinfer/cudnn/prefill.py
         # _build_prefill_graph): an NHD cache goes as a transposed view, nothing copied
         k, v = p.k_cache(), p.v_cache()
         self.cudnn_kv = (k.transpose(1, 2), v.transpose(1, 2)) if p.layout == "NHD" else (k, v)
-
-    def _plan_sink(self, p: AttentionProblem, common: dict[str, Any]) -> None:
-        """``BatchAttentionWithAttentionSinkWrapper`` (the prefill wrapper with FlashInfer's AttentionSink variant, fa2
-        or fa3 as the tactic says), built once, then planned as the prefill wrapper is (``causal=problem.causal``)."""
-        spec = p.spec
-        if self.wrapper is None:
-            self.wrapper = self.fi.BatchAttentionWithAttentionSinkWrapper(
-                self.workspace,
-                p.layout,
-                backend=_PREFILL_BACKEND[self.tactic],
-                q_data_type=p.q.dtype,
-                kv_data_type=p.kv_cache.dtype,
-                head_dim_qk=spec.head_size,
-                head_dim_vo=spec.head_size,
-                window_left=self._window(p),
-            )
-        self.wrapper.plan(
-            p.query_start_loc,
-            p.kv_indptr,
-            p.kv_indices,
-            p.kv_last_page_len,
-            spec.num_heads,
-            spec.num_kv_heads,
-            spec.head_size,
-            p.page_size,
-            causal=p.causal,
-            **common,
-        )
 
     def run(self) -> None:
         p = self.problem
@@ -365,6 +346,14 @@ class FlashInferDcpPrefillRunner(DcpPrefillRunner):
         assert self.inputs is not None
         out, lse = self.ragged.run(self.inputs.q, self.inputs.k_new, self.inputs.v_new, return_lse=True)
         return out, lse * LN2
+
+
+def padded_lse(query_lens: list[int], heads: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cuDNN's LSE buffer, ``[batch, max_query_len, heads]`` (rows past a request's length are padding), and the
+    (request, position) of each packed token, to gather it per token outside the timed call."""
+    lse = torch.empty(len(query_lens), max(query_lens), heads, dtype=torch.float32, device=device)
+    rows = [(r, i) for r, m in enumerate(query_lens) for i in range(m)]
+    return lse, torch.tensor(rows, dtype=torch.long, device=device).T
 
 
 def cudnn_unavailable(cubin_fallback: bool) -> str | None:

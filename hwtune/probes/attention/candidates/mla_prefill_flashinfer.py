@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from hwtune.probes.attention.candidates.base import LN2, Unsupported
+from hwtune.probes.attention.candidates.flashinfer import padded_lse
 from hwtune.probes.attention.candidates.mla_prefill_base import MlaPrefillInputs, MlaPrefillRunner
 
 WORKSPACE_BYTES = 128 << 20
@@ -111,9 +112,7 @@ class CudnnMlaPrefillRunner(MlaPrefillRunner):
             batch_offsets_k=(kv * heads * dqk).int(),
             batch_offsets_v=(kv * heads * dvo).int(),
         )
-        self.lse_padded = torch.empty(b, inputs.max_query_len, heads, dtype=torch.float32, device=dev)
-        rows = [(r, i) for r, m in enumerate(inputs.query_lens) for i in range(m)]
-        self.rows = torch.tensor(rows, dtype=torch.long, device=dev).T  # (request, position) of each token
+        self.lse_padded, self.rows = padded_lse(inputs.query_lens, heads, dev)
 
     def lse_natural(self) -> torch.Tensor | None:
         return self.lse_padded[self.rows[0], self.rows[1]]

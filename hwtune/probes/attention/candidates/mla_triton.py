@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from hwtune.core.types import AttentionWorkload
-from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported
+from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported, triton_gpu_unavailable
 from hwtune.probes.attention.candidates.mla_base import MlaRunner, as_mla
 from hwtune.probes.attention.mla import MlaProblem
 from hwtune.probes.attention.problem import AttentionProblem
@@ -89,8 +89,8 @@ class TritonMlaCandidate(Candidate):
     backend = "HWTUNE_TRITON_MLA"
 
     def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:
-        if device != "cuda" or not torch.cuda.is_available():
-            return "hwtune's Triton kernels run on CUDA GPUs only (no CUDA device visible to torch)"
+        if reason := triton_gpu_unavailable(device):
+            return reason
         try:
             _kernels()
         except ImportError as exc:

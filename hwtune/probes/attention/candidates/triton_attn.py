@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from hwtune.core.types import AttentionWorkload
-from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported
+from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported, triton_gpu_unavailable
 from hwtune.probes.attention.problem import AttentionProblem
 
 
@@ -117,9 +117,7 @@ class TritonAttnCandidate(Candidate):
     backend = "HWTUNE_TRITON_ATTN"
 
     def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:
-        if device != "cuda" or not torch.cuda.is_available():
-            return "hwtune's Triton kernels run on CUDA GPUs only (no CUDA device visible to torch)"
-        return None
+        return triton_gpu_unavailable(device)
 
     def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
         if tactic not in ("auto", "tuned"):

@@ -13,7 +13,7 @@ import dataclasses
 import torch
 
 from hwtune.core.types import AttentionWorkload
-from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported
+from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported, triton_gpu_unavailable
 from hwtune.probes.attention.problem import AttentionProblem
 
 
@@ -92,9 +92,7 @@ class TurboQuantCandidate(Candidate):
     backend = "HWTUNE_TURBOQUANT"
 
     def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:
-        if device != "cuda" or not torch.cuda.is_available():
-            return "hwtune's Triton kernels run on CUDA GPUs only (no CUDA device visible to torch)"
-        return None
+        return triton_gpu_unavailable(device)
 
     def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
         bits = {"turboquant_4bit": 4, "turboquant_8bit": 8}.get(workload.spec.kv_cache_dtype)
