@@ -293,9 +293,14 @@ def check_query_io(q: torch.Tensor, out: torch.Tensor, lse: torch.Tensor | None)
     if q.stride(-1) != 1 or out.stride(-1) != 1:
         raise ValueError("q and out must have a contiguous last dimension")
     num_tokens, num_heads, head_size = q.shape
-    if lse is not None and (lse.dtype != torch.float32 or tuple(lse.shape) != (num_tokens, num_heads)):
-        raise ValueError(f"lse must be float32 [{num_tokens}, {num_heads}]; got {lse.dtype} {tuple(lse.shape)}")
+    check_lse(lse, num_tokens, num_heads)
     return num_tokens, num_heads, head_size
+
+
+def check_lse(lse: torch.Tensor | None, tokens: int, heads: int) -> None:
+    """An LSE buffer, where given, is float32 [tokens, heads] (natural log), as every kernel here writes it."""
+    if lse is not None and (lse.dtype != torch.float32 or tuple(lse.shape) != (tokens, heads)):
+        raise ValueError(f"lse must be float32 [{tokens}, {heads}]; got {lse.dtype} {tuple(lse.shape)}")
 
 
 def plan_launch(

@@ -29,6 +29,7 @@ import triton.language as tl
 
 from hwtune.kernels._common import (
     LOG2E,
+    check_lse,
     check_runnable,
     merge_splits,
     num_sms,
@@ -296,8 +297,7 @@ def _check_args(
         raise ValueError(f"out must be {q.dtype} [{tokens}, {heads}, {kv_lora_rank}] with a contiguous last dimension")
     if q.stride(-1) != 1 or kv_cache.stride(-1) != 1:
         raise ValueError("q and the latent cache must have a contiguous last dimension")
-    if lse is not None and (lse.dtype != torch.float32 or tuple(lse.shape) != (tokens, heads)):
-        raise ValueError(f"lse must be float32 [{tokens}, {heads}]; got {lse.dtype} {tuple(lse.shape)}")
+    check_lse(lse, tokens, heads)
     return tokens, heads, rope
 
 
