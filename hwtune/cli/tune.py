@@ -204,7 +204,8 @@ def _measure(
 
 
 def _print_dry_run(plan: Plan, profile: DeviceProfile, opts: TuneOptions, json_out: bool) -> None:
-    from hwtune.tuner.run import describe_item, estimate_seconds
+    from hwtune.tuner.estimate import estimate_seconds
+    from hwtune.tuner.run import describe_item
 
     est = estimate_seconds(plan, profile, opts.backends)
     if json_out:

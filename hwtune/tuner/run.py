@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 import threading
 import time
 import uuid
@@ -20,7 +19,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
-from hwtune.core import catalogue
 from hwtune.core.devices import CPU_PROFILE, DeviceProfile
 from hwtune.core.environment import Environment, current_environment
 from hwtune.core.errors import InvalidSpecError
@@ -374,39 +372,3 @@ def describe_item(item: PlanItem) -> str:
         layout = f" {w.spec.kv_layout}" if w.spec.kv_layout != "auto" else ""
         return f"attention {w.phase} b{w.batch} ctx{w.context_len}{q}{layout}"
     return f"all2all ep{w.spec.ep_size} {w.spec.quant_dtype} {w.tokens_per_rank} tok/rank"  # type: ignore[union-attr]
-
-
-def _compile_seconds(backend: str, tactic: str) -> float:
-    """First-use compile estimate of a (backend, tactic) from its catalogue record (5 s when unstated)."""
-    found = catalogue.get("attention", backend).tactic(tactic)
-    return found.compile_s if found and found.compile_s is not None else 5.0
-
-
-def candidate_seconds(time_cap_s: float) -> float:
-    """Seconds one candidate takes on one workload besides compilation (worker round trip, correctness gate,
-    timing), from H100 tunes at a 2 s cap: (elapsed - compile) / records was 0.19-0.39 s and 0.29-0.59 s per record
-    that passed (benchmarks/results/regret_*_h100_2026-11-2*.json); timing stops well before the cap once its
-    interval is tight, so the cap enters only a quarter."""
-    return 0.1 + 0.25 * time_cap_s
-
-
-def estimate_seconds(plan: Plan, profile: DeviceProfile, backends: tuple[str, ...] | None = None) -> float:
-    """Rough wall time of a plan: per candidate ``candidate_seconds``, plus compilation from the catalogue
-    (``Tactic.compile_s``, measured on an H100): once per (backend, tactic) for JIT kernels, once per workload for
-    backends compiled per shape (torch.compile). For a simulated device (a dry run planning for another machine) the
-    backends' packages are assumed installed there."""
-    seconds, seen = 0.0, set()
-    for item in plan.items:
-        if not isinstance(item.workload, AttentionWorkload):
-            seconds += 8 * (5 + plan.time_cap_s)
-            continue
-        names = item.backends or backends or plan.backends
-        planned = plan_candidates(item.workload, profile, names, assume_installed=profile.simulated)
-        cands = [c for c in planned if c.runnable]
-        for c in cands:
-            per_shape = catalogue.get("attention", c.backend).compile_per_shape
-            if per_shape or (c.backend, c.tactic) not in seen:
-                seen.add((c.backend, c.tactic))
-                seconds += _compile_seconds(c.backend, c.tactic)
-        seconds += len(cands) * candidate_seconds(plan.time_cap_s)
-    return math.ceil(seconds)

@@ -264,7 +264,7 @@ def test_quick_on_the_cpu_measures_the_backends_that_run_there() -> None:
 def test_estimates_count_compilation_per_shape_for_torch_compile_backends() -> None:
     """FLEX_ATTENTION compiles per shape: its compile estimate is paid per workload, a JIT kernel's once."""
     from hwtune.core import catalogue
-    from hwtune.tuner.run import candidate_seconds, estimate_seconds
+    from hwtune.tuner.estimate import candidate_seconds, estimate_seconds
 
     plan = default_plan(device=simulated("h100"))
     n = sum(1 for i in plan.items if i.kind == "attention")
