@@ -48,6 +48,19 @@ def test_estimates_lie_between_the_measured_shapes_around_them() -> None:
     assert beyond >= 300.0  # never under a shape it dominates
 
 
+def test_where_measurements_fall_as_the_shape_grows_the_estimate_follows_its_nearest_measurements() -> None:
+    """gpt-oss-120b at TP 8 on an H100 (2026-11-25): FlashInfer's xqa decode took 23 us for one request at 32768
+    tokens but 12 us for 16 requests. Bounding by the larger batch put one request at 20000 tokens at 11.5 us and
+    picked xqa there, where fa3 (12.6 us) is 1.47x faster; the estimate must stay within the nearest measurements."""
+    xqa = {(1, 8192, 1): 13.3, (1, 32768, 1): 22.9, (4, 8192, 1): 13.8, (4, 32768, 1): 14.0}
+    xqa |= {(16, 8192, 1): 11.5, (16, 32768, 1): 11.6}
+    fa3 = {(b, c, 1): 12.7 for b in (1, 4, 16) for c in (8192, 32768)}
+    lat, exact, conf = estimate(pts(xqa), MixPoint("decode", 1, 20000, 1.0))
+    assert 13.3 <= lat <= 22.9 and not exact and conf < 0.5
+    ev = Evidence(points={("FLASHINFER", "xqa", "decode"): pts(xqa), ("FLASHINFER", "fa3", "decode"): pts(fa3)})
+    assert table_selection(ev).tactic_for("decode", 1, 20000) == "fa3"
+
+
 def test_prefill_estimates_of_an_unmeasured_chunk_grow_with_context_and_stay_under_longer_chunks() -> None:
     """Only 2048- and 8192-token chunks were measured; estimates for 512- and 4096-token chunks must not fall as
     the context grows, and lie between the measured chunks around them."""
