@@ -73,8 +73,9 @@ def _workload(name: str, phase: str) -> AttentionWorkload:
 
 def _gate(w: AttentionWorkload, planned: list, device: str, profile, pool: WorkerPool | None) -> None:  # noqa: ANN001
     records = measure_attention(w, planned, device=device, profile=profile, timing=FAST, pool=pool)
-    status = {(r.backend, r.tactic): (r.status, r.message[:200]) for r in records}
-    assert all(s in ("ok", "unsupported") for s, _ in status.values()), status
+    status = {f"{r.backend}/{r.tactic}": (r.status, r.message[:300]) for r in records}
+    failed = {k: v for k, v in status.items() if v[0] not in ("ok", "unsupported")}
+    assert not failed, f"{w.spec.architecture} {w.phase}: {failed}"
     assert any(s == "ok" for s, _ in status.values()), status
 
 
