@@ -36,6 +36,9 @@ def _fake_cudnn_prefill(q, k_cache, v_cache, scale, workspace, *, max_token_per_
     assert lse.shape == (b, max_token_per_sequence, heads), "lse must have shape (num_sequences, max_token, h_qo)"
     assert return_lse and causal
     kv_heads, page = k_cache.shape[1], k_cache.shape[2]  # FlashInfer's docstring: [pages, kv_heads, page, dim]
+    # cuDNN 9.19's paged load (its error on the H100, 2026-11-25): "block table size must equal ceil(s_kv/block_size)"
+    assert block_tables.shape[1] == math.ceil(max_sequence_kv / page), "block table size must equal ceil(s_kv/page)"
+    assert int(actual_seq_lens_kv.max()) <= max_sequence_kv
     for r in range(b):
         m, n = int(actual_seq_lens_q[r]), int(actual_seq_lens_kv[r])
         start = int(batch_offsets_q[r]) // (heads * dim)
@@ -86,6 +89,22 @@ def test_cudnn_runner_gathers_the_padded_lse_per_token() -> None:
     runner.prepare(problem)
     runner.run()
     ref_out, ref_lse = reference_attention(problem)
+    torch.testing.assert_close(runner.out.float(), ref_out, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(runner.lse_natural(), ref_lse, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.usefixtures("fake_flashinfer")
+def test_cudnn_runs_a_shorter_batch_planned_into_the_first_batchs_table() -> None:
+    """The gate's batch B keeps batch A's block table (wider than B's longest request needs); cuDNN declined every
+    such batch on the H100 until the runner passed the table's capacity as max_sequence_kv."""
+    first = build_problem(RAGGED, "cpu", seed=3, layout="NHD", lengths=LENGTHS)
+    second = build_problem(RAGGED, "cpu", seed=4, like=first, lengths=([5, 24, 17], [40, 24, 61]))
+    assert first.block_table.shape[1] > math.ceil(second.max_seq_len / SPEC.block_size)
+    runner = fi_candidate.FlashInferRunner(RAGGED, "cudnn")
+    runner.prepare(first)
+    runner.prepare(second)
+    runner.run()
+    ref_out, ref_lse = reference_attention(second)
     torch.testing.assert_close(runner.out.float(), ref_out, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(runner.lse_natural(), ref_lse, atol=1e-4, rtol=1e-4)
 

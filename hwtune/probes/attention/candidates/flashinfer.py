@@ -199,7 +199,10 @@ class FlashInferRunner(Runner):
         lens_dev = dev if CUDNN_AVAILABLE else torch.device("cpu")
         self.cudnn_args = dict(
             max_token_per_sequence=p.max_query_len,
-            max_sequence_kv=p.max_seq_len,
+            # cuDNN requires the block table's width to be ceil(max_sequence_kv / page) ("Paged cache load: block
+            # table size must equal ...", H100 2026-11-25): a batch planned into another's table (the gate's batch B,
+            # an engine's fixed-width table) passes the table's capacity; actual_seq_lens_kv masks the rest
+            max_sequence_kv=p.block_table.shape[1] * p.page_size,
             actual_seq_lens_q=torch.tensor(p.query_lens, dtype=torch.int32, device=lens_dev).view(b, 1, 1, 1),
             actual_seq_lens_kv=p.seq_lens.to(lens_dev).view(b, 1, 1, 1),
             block_tables=p.block_table,
