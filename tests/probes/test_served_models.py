@@ -71,10 +71,27 @@ def _workload(name: str, phase: str) -> AttentionWorkload:
     return AttentionWorkload(_spec(name), "prefill", batch=2, context_len=40, query_len=16)
 
 
-def _gate(w: AttentionWorkload, planned: list, device: str, profile, pool: WorkerPool | None) -> None:  # noqa: ANN001
+#: Wrong answers already found and documented, which the gate must keep catching (stored as ``wrong_answer``, so never
+#: selected): torch's cuDNN SDPA kernel with a boolean mask on the H100 (torch 2.11 / cuDNN 9.19; docs/probes.md
+#: "Wrong answers and crashes found"); the workloads here are ragged, so SDPA needs a mask. Any other one fails.
+KNOWN_WRONG_ON_GPU = {"TORCH_SDPA/cudnn"}
+
+
+def _gate(
+    w: AttentionWorkload,
+    planned: list,
+    device: str,
+    profile,  # noqa: ANN001
+    pool: WorkerPool | None,
+    known_wrong: frozenset[str] | set[str] = frozenset(),
+) -> None:
     records = measure_attention(w, planned, device=device, profile=profile, timing=FAST, pool=pool)
     status = {f"{r.backend}/{r.tactic}": (r.status, r.message[:300]) for r in records}
-    failed = {k: v for k, v in status.items() if v[0] not in ("ok", "unsupported")}
+    failed = {
+        k: v
+        for k, v in status.items()
+        if v[0] not in ("ok", "unsupported") and not (v[0] == "wrong_answer" and k in known_wrong)
+    }
     assert not failed, f"{w.spec.architecture} {w.phase}: {failed}"
     assert any(s == "ok" for s, _ in status.values()), status
 
@@ -107,4 +124,4 @@ def test_served_model_shapes_pass_the_gate_on_gpu(name: str, phase: str) -> None
     w = _workload(name, phase)
     planned = [p for p in plan_candidates(w, profile) if p.runnable]
     assert planned, f"no GPU candidate for {name}"
-    _gate(w, planned, "cuda", profile, None)
+    _gate(w, planned, "cuda", profile, None, KNOWN_WRONG_ON_GPU)
