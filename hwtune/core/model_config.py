@@ -47,6 +47,9 @@ class ModelInfo:
     qk_nope_head_dim: int | None = None
     v_head_dim: int | None = None
     sliding_window: int | None = None
+    #: Layers that attend the whole context while the others use ``sliding_window`` (the config's ``layer_types``:
+    #: gpt-oss every other layer); None when every layer is alike or the config does not list its layers.
+    full_attention_layers: int | None = None
     logits_soft_cap: float | None = None
     sinks: bool = False
     num_experts: int | None = None
@@ -265,6 +268,15 @@ def _shape(text: Mapping[str, Any]) -> tuple[int, int, int, int]:
     return heads, kv, head_dim, hidden
 
 
+def _full_attention_layers(text: Mapping[str, Any]) -> int | None:
+    """How many layers the config's ``layer_types`` marks as full attention, when it mixes them with windowed ones."""
+    kinds = text.get("layer_types")
+    if not isinstance(kinds, list) or not kinds:
+        return None
+    full = sum(1 for kind in kinds if kind == "full_attention")
+    return full if 0 < full < len(kinds) else None
+
+
 def parse_model_config(cfg: Mapping[str, Any]) -> ModelInfo:
     """Parse an already-loaded config dict; raises InvalidSpecError naming the missing or malformed field."""
     text = _text_config(cfg)
@@ -295,6 +307,7 @@ def parse_model_config(cfg: Mapping[str, Any]) -> ModelInfo:
         qk_nope_head_dim=_whole(text, ("qk_nope_head_dim",)),
         v_head_dim=_whole(text, ("v_head_dim",)),
         sliding_window=sliding or None,
+        full_attention_layers=_full_attention_layers(text) if sliding else None,
         logits_soft_cap=soft_cap or None,
         sinks=model_type in _SINK_MODEL_TYPES,
         num_experts=experts or None,

@@ -293,6 +293,12 @@ def plan_from_model(
         items += attention_items(
             spec, max_num_seqs=max_num_seqs, max_model_len=mml, quick=quick, device=device, notes=notes
         )
+        if spec.sliding_window and info.full_attention_layers:
+            notes.append(
+                f"{info.full_attention_layers} of {info.num_layers} layers attend the whole context (the config's "
+                f"layer_types) and the others a {spec.sliding_window}-token window: this plan measures the windowed "
+                "layers only, so the ranking leaves out what the full-attention layers cost"
+            )
     if "all2all" in kinds:
         if not info.is_moe:
             notes.append(f"{info.model_type} is not a MoE model: no all2all workloads")

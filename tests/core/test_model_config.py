@@ -42,6 +42,8 @@ def test_model_specific_fields() -> None:
     assert phi.sliding_window is None and phi.max_position_embeddings == 131072
     oss = load_model_config(MODELS / "gpt-oss-120b.json")
     assert oss.sinks and oss.num_experts == 128 and oss.topk == 4
+    assert (oss.sliding_window, oss.full_attention_layers, oss.num_layers) == (128, 18, 36)  # layer_types alternate
+    assert gemma2.full_attention_layers is None  # its config lists no layer_types
     mix = load_model_config(MODELS / "mixtral-8x7b-v0.1.json")
     assert (mix.num_experts, mix.topk) == (8, 2)
     qwen3 = load_model_config(MODELS / "qwen3-30b-a3b.json")

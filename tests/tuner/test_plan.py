@@ -309,3 +309,12 @@ def test_the_plan_reaches_the_edge_of_the_engines_range() -> None:
     assert {(1, 4096), (64, 4096)} <= decode and max(c for _b, c in decode) == 4096
     assert {(128, 4096), (512, 4096), (2048, 4096), (128, 128)} <= prefill
     assert all(c <= 4096 for _q, c in prefill)
+
+
+def test_a_plan_says_it_leaves_out_the_full_attention_layers_of_a_mixed_model() -> None:
+    """gpt-oss alternates 128-token windowed layers with full-attention ones; the plan measures the windowed spec, and
+    must say that the other half of the layers is not in the ranking."""
+    notes = plan_from_model(MODELS / "gpt-oss-120b.json", tp=8, kinds=("attention",), device=simulated("h100")).notes
+    assert any("18 of 36 layers attend the whole context" in n for n in notes), notes
+    llama = plan_from_model(MODELS / "llama-3.1-8b.json", kinds=("attention",), device=simulated("h100")).notes
+    assert not any("whole context" in n for n in llama)
