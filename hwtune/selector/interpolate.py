@@ -59,7 +59,8 @@ def estimate(points: Sequence[Point], mp: MixPoint) -> tuple[float, bool, float]
     (``_order``), so an estimate lies between the slowest measured point the shape dominates and the fastest
     measured point that dominates it. Below the measured range it is the fastest dominating point (never an
     optimistic guess under anything measured); beyond it, the fit, no lower than what the shape dominates.
-    Confidence halves outside the measured box."""
+    Confidence halves outside the measured box. Where the measurements around the shape contradict that order (one it
+    dominates is slower than one that dominates it), the fit within its nearest measurements, at half confidence."""
     pool = _pool(points, mp)
     if not pool:
         return None
