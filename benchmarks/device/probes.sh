@@ -8,6 +8,9 @@
 # section   what it runs                                                       feeds
 # faults    tests/probes/test_faults.py -m gpu (an illegal memory access is      docs/probes.md "Isolation"
 #           followed by a correct measurement)
+# served    tests/probes/test_served_models.py -m gpu, one line per test into    docs/probes.md "Wrong answers
+#           $OUT/served_models.log as it goes (K=pytest -k filter; LIMIT s,       and crashes found"
+#           default 540: JIT of every kernel variant takes minutes)
 # peer      benchmarks/harness_vs_flashinfer.py: hwtune's timing of FlashInfer    docs/probes.md "Agreement
 #           calls against flashinfer.testing.bench_gpu_time                      with a peer"
 # bench-fi  hwtune bench attention, FLASHINFER (every tactic): decode 64 x 2048,   first-contact check, no figure
@@ -25,13 +28,13 @@
 # (*) no device script ran it before; this is regret.py's documented use plus `hwtune db export`, which wrote
 # the committed tune_{train,oracle}_h100_2026-11-21.jsonl (their header line says format hwtune-measurements).
 #
-# Outputs in $OUT (default /tmp/out): harness_vs_flashinfer.json, h_*.json (printed by print_records.py),
+# Outputs in $OUT (default /tmp/out): served_models.log, harness_vs_flashinfer.json, h_*.json (printed by print_records.py),
 # gaps.db + probes_gaps.jsonl, selection_latency.json, regret/ (regret.json, *.db) + tune_{train,oracle}.jsonl.
 set -u
 usage() { awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; }
 [ $# -gt 0 ] || { usage; exit 2; }
 for section in "$@"; do
-  case " faults peer bench-fi bench gaps latency regret " in *" $section "*) ;; *) echo "unknown section '$section'"; usage; exit 2 ;; esac
+  case " faults served peer bench-fi bench gaps latency regret " in *" $section "*) ;; *) echo "unknown section '$section'"; usage; exit 2 ;; esac
 done
 export FLASHINFER_WORKSPACE_BASE="$PWD/.fi-cache"
 . benchmarks/device/setup.sh || exit 1
@@ -47,6 +50,9 @@ for section in "$@"; do
   case $section in
     faults)
       python3 -m pytest -q -m gpu tests/probes/test_faults.py -p no:cacheprovider 2>&1 | tail -5 ;;
+    served)
+      timeout "${LIMIT:-540}" python3 -m pytest -v -m gpu tests/probes/test_served_models.py -p no:cacheprovider \
+        ${K:+-k "$K"} 2>&1 | tee "$OUT/served_models.log" | grep -E "PASSED|FAILED|SKIPPED|AssertionError" | cut -c1-600 ;;
     peer)
       timeout 120 python3 benchmarks/harness_vs_flashinfer.py --out "$OUT/harness_vs_flashinfer.json" 2>&1 \
         | grep -v '^{' | tail -12 ;;
