@@ -11,6 +11,11 @@
 # served    tests/probes/test_served_models.py -m gpu, one line per test into    docs/probes.md "Wrong answers
 #           $OUT/served_models.log as it goes (K=pytest -k filter; LIMIT s,       and crashes found"
 #           default 540: JIT of every kernel variant takes minutes)
+# cudnn     hwtune bench attention, FLASHINFER cudnn (needs the cuDNN frontend    docs/probes.md "Wrong answers
+#           wheel in .whl): prefill shapes cuDNN declined on 2026-11-25 (batch B   and crashes found"
+#           one page shorter), Llama-3.3-70B TP 8 and Qwen2.5-7B; and
+#           benchmarks/experiments/sdpa_cudnn_decode_mask.py (SDPA cudnn: mask or
+#           strides) into $OUT/sdpa_cudnn_decode_mask.txt
 # peer      benchmarks/harness_vs_flashinfer.py: hwtune's timing of FlashInfer    docs/probes.md "Agreement
 #           calls against flashinfer.testing.bench_gpu_time                      with a peer"
 # bench-fi  hwtune bench attention, FLASHINFER (every tactic): decode 64 x 2048,   first-contact check, no figure
@@ -34,7 +39,7 @@ set -u
 usage() { awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; }
 [ $# -gt 0 ] || { usage; exit 2; }
 for section in "$@"; do
-  case " faults served peer bench-fi bench gaps latency regret " in *" $section "*) ;; *) echo "unknown section '$section'"; usage; exit 2 ;; esac
+  case " faults served cudnn peer bench-fi bench gaps latency regret " in *" $section "*) ;; *) echo "unknown section '$section'"; usage; exit 2 ;; esac
 done
 export FLASHINFER_WORKSPACE_BASE="$PWD/.fi-cache"
 . benchmarks/device/setup.sh || exit 1
@@ -53,6 +58,14 @@ for section in "$@"; do
     served)
       timeout "${LIMIT:-540}" python3 -m pytest -v -m gpu tests/probes/test_served_models.py -p no:cacheprovider \
         ${K:+-k "$K"} 2>&1 | tee "$OUT/served_models.log" | grep -E "PASSED|FAILED|SKIPPED|AssertionError" | cut -c1-600 ;;
+    cudnn)
+      for m in llama-3.3-70b-instruct:8 qwen2.5-7b-instruct:1; do
+        for shape in "--context 1596 --query-len 96" "--context 4500 --query-len 3000" "--context 219 --query-len 128"; do
+          timeout 120 python3 -m hwtune bench attention -b FLASHINFER -t cudnn --phase prefill --batch 1 $shape \
+            -m "tests/data/models/${m%%:*}.json" --tp "${m##*:}" --time-cap 0.3 2>&1 | grep -E "FLASHINFER|rror" | cut -c1-300
+        done
+      done
+      timeout 90 python3 benchmarks/experiments/sdpa_cudnn_decode_mask.py 2>&1 | tee "$OUT/sdpa_cudnn_decode_mask.txt" ;;
     peer)
       timeout 120 python3 benchmarks/harness_vs_flashinfer.py --out "$OUT/harness_vs_flashinfer.json" 2>&1 \
         | grep -v '^{' | tail -12 ;;
