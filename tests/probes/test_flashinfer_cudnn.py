@@ -44,19 +44,9 @@ def _fake_cudnn_prefill(q, k_cache, v_cache, scale, workspace, *, max_token_per_
         start = int(batch_offsets_q[r]) // (heads * dim)
         assert int(batch_offsets_o[r]) == int(batch_offsets_q[r])
         pages = block_tables[r, : math.ceil(n / page)].long()
-        k = (
-            k_cache[pages]
-            .transpose(1, 2)
-            .reshape(-1, kv_heads, dim)[:n]
-            .float()
-            .repeat_interleave(heads // kv_heads, 1)
-        )
-        v = (
-            v_cache[pages]
-            .transpose(1, 2)
-            .reshape(-1, kv_heads, dim)[:n]
-            .float()
-            .repeat_interleave(heads // kv_heads, 1)
+        k, v = (
+            c[pages].transpose(1, 2).reshape(-1, kv_heads, dim)[:n].float().repeat_interleave(heads // kv_heads, 1)
+            for c in (k_cache, v_cache)
         )
         s = torch.einsum("qhd,khd->hqk", q[start : start + m].float(), k) * scale
         visible = torch.arange(n)[None, :] <= (n - m + torch.arange(m))[:, None]
