@@ -197,6 +197,7 @@ class FlashInferRunner(Runner):
         self.cudnn_fn = cudnn_batch_prefill_with_kv_cache
         spec, dev, b = p.spec, p.q.device, p.batch
         lens_dev = dev if CUDNN_AVAILABLE else torch.device("cpu")
+        offsets = (p.query_start_loc * (spec.num_heads * spec.head_size)).int()  # q and out are packed alike
         self.cudnn_args = dict(
             max_token_per_sequence=p.max_query_len,
             # cuDNN requires the block table's width to be ceil(max_sequence_kv / page) ("Paged cache load: block
@@ -208,8 +209,8 @@ class FlashInferRunner(Runner):
             block_tables=p.block_table,
             causal=p.causal,
             return_lse=True,
-            batch_offsets_q=(p.query_start_loc * (spec.num_heads * spec.head_size)).int(),
-            batch_offsets_o=(p.query_start_loc * (spec.num_heads * spec.head_size)).int(),
+            batch_offsets_q=offsets,
+            batch_offsets_o=offsets,
         )
         self.lse_padded, self.lse_rows = padded_lse(p.query_lens, spec.num_heads, dev)
         # cuDNN reads paged K/V as [pages, kv_heads, page, dim] by shape and stride (flashinfer/cudnn/prefill.py
