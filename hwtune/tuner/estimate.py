@@ -12,10 +12,18 @@ from hwtune.probes.attention.measure import plan_candidates
 from hwtune.tuner.plan import Plan
 
 
-def _compile_seconds(backend: str, tactic: str) -> float:
-    """First-use compile estimate of a (backend, tactic) from its catalogue record (5 s when unstated)."""
-    found = catalogue.get("attention", backend).tactic(tactic)
-    return found.compile_s if found and found.compile_s is not None else 5.0
+def _compile_seconds(backend: str, tactic: str, first: bool = True) -> float:
+    """Compile estimate of a (backend, tactic) on one workload from its catalogue record: first use (5 s when
+    unstated); on a later workload ``Tactic.recompile_s``, else the first-use figure again for a backend compiled per
+    shape and nothing for a JIT kernel."""
+    record = catalogue.get("attention", backend)
+    found = record.tactic(tactic)
+    first_s = found.compile_s if found is not None and found.compile_s is not None else 5.0
+    if first:
+        return first_s
+    if found is not None and found.recompile_s is not None:
+        return found.recompile_s
+    return first_s if record.compile_per_shape else 0.0
 
 
 def candidate_seconds(time_cap_s: float) -> float:
@@ -28,9 +36,9 @@ def candidate_seconds(time_cap_s: float) -> float:
 
 def estimate_seconds(plan: Plan, profile: DeviceProfile, backends: tuple[str, ...] | None = None) -> float:
     """Rough wall time of a plan: per candidate ``candidate_seconds``, plus compilation from the catalogue
-    (``Tactic.compile_s``, measured on an H100): once per (backend, tactic) for JIT kernels, once per workload for
-    backends compiled per shape (torch.compile). For a simulated device (a dry run planning for another machine) the
-    backends' packages are assumed installed there."""
+    (``Tactic.compile_s``, measured on an H100) at each (backend, tactic)'s first workload, then ``Tactic.recompile_s``
+    per later one for tactics compiled or searched per workload (``_compile_seconds``). For a simulated device
+    (a dry run planning for another machine) the backends' packages are assumed installed there."""
     seconds, seen = 0.0, set()
     for item in plan.items:
         if not isinstance(item.workload, AttentionWorkload):
@@ -40,9 +48,7 @@ def estimate_seconds(plan: Plan, profile: DeviceProfile, backends: tuple[str, ..
         planned = plan_candidates(item.workload, profile, names, assume_installed=profile.simulated)
         cands = [c for c in planned if c.runnable]
         for c in cands:
-            per_shape = catalogue.get("attention", c.backend).compile_per_shape
-            if per_shape or (c.backend, c.tactic) not in seen:
-                seen.add((c.backend, c.tactic))
-                seconds += _compile_seconds(c.backend, c.tactic)
+            seconds += _compile_seconds(c.backend, c.tactic, first=(c.backend, c.tactic) not in seen)
+            seen.add((c.backend, c.tactic))
         seconds += len(cands) * candidate_seconds(plan.time_cap_s)
     return math.ceil(seconds)

@@ -385,6 +385,7 @@ HWTUNE_TRITON_ATTN = Backend(
             AttentionRules(),
             summary="tile sizes, KV splits, warps, stages searched per workload",
             compile_s=60,
+            recompile_s=18,  # the search per workload: 1.4-49 s, mean 18.5 over a tune's first 10 (H100, 2026-11-27)
             quick=False,
         ),
     ),
@@ -427,7 +428,16 @@ FLEX_ATTENTION = Backend(
     ),
     packages=(PackageRequirement("torch", ">=2.5", "flex_attention with enable_gqa"),),
     needs_cuda_torch=False,
-    tactics=(Tactic("compiled", BOTH, AttentionRules(), summary="torch.compile(flex_attention)", compile_s=25),),
+    tactics=(
+        Tactic(
+            "compiled",
+            BOTH,
+            AttentionRules(),
+            summary="torch.compile(flex_attention): dynamic shapes on CUDA (as vLLM runs it), per shape on CPU",
+            compile_s=25,
+            recompile_s=10,  # per later workload in a tune: 4.2-22 s, mean 9.8 (Llama-3.1-8B, H100, 2026-11-27)
+        ),
+    ),
     sources={
         "device_types": "torch.nn.attention.flex_attention: CUDA and CPU (compiled)",
         "compute_capabilities": "torch flex_attention Triton templates need SM 8.0 for bf16",

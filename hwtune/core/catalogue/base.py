@@ -183,6 +183,10 @@ class Tactic:
     sources: Mapping[str, str] = field(default_factory=dict)
     #: Seconds of first-use JIT/compilation on an H100, for plan estimates (None: a few seconds at most).
     compile_s: float | None = None
+    #: Seconds each later workload costs on an H100 for a tactic compiled or searched per workload (torch.compile
+    #: per shape, a per-workload config search). None: nothing for a JIT kernel, ``compile_s`` again for a backend
+    #: compiled per shape.
+    recompile_s: float | None = None
     #: Measured by ``hwtune tune --quick`` (when its backend is).
     quick: bool = True
 

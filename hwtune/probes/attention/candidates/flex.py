@@ -5,7 +5,11 @@ As vLLM's FlexAttention backend does, the cache is kept in flex's own layout (K 
 the whole batch are packed into one sequence. The mask maps each physical cache slot back to its owning
 request and logical position through the page table, so a query sees exactly its own request's tokens up
 to its position (and within the sliding window). Building the mask is per-step metadata (``prepare``,
-not timed); the compiled ``flex_attention`` call is timed.
+not timed); the compiled ``flex_attention`` call is timed. On CUDA it is compiled with dynamic shapes, as an engine
+runs it (``_flex``): on an H100 (2026-11-27, benchmarks/experiments/flex_dynamic.py) the first decode and prefill
+shapes compiled in 4-8 s and every later shape reused them (about 1 s after the worker's per-job dynamo reset), where
+a compile per shape took 2.4-6.7 s each; decode ran within 6 % of the per-shape kernels, a 512-token prefill 1.45x
+slower (71.7 against 49.5 us).
 
 Attention sinks (gpt-oss; flex has no sink argument, and its compiled CPU path returns no LSE to correct the
 output by): flex's cache copy gets one more page of zeros, whose first slot is the sink's key. The mask lets every
@@ -21,15 +25,19 @@ from hwtune.core.types import AttentionWorkload
 from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported
 from hwtune.probes.attention.problem import AttentionProblem
 
-_COMPILED: dict[str, object] = {}
+_COMPILED: dict[bool, object] = {}
 
 
-def _flex():  # noqa: ANN202 - the compiled callable
+def _flex(dynamic: bool):  # noqa: ANN202 - the compiled callable
+    """``torch.compile(flex_attention)``: with dynamic shapes on CUDA, as an engine runs it (vLLM 0.33.0
+    v1/attention/backends/flex_attention.py compiles it once, ``torch.compile(flex_attention, fullgraph=True)``, and
+    dynamo's automatic dynamic recompiles with dynamic sizes at the second shape); static on the CPU, where torch
+    2.13's inductor fails to build flex with dynamic shapes (C++ compile error, 'cur_qSplitSize2' was not declared)."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    if "fn" not in _COMPILED:
-        _COMPILED["fn"] = torch.compile(flex_attention, dynamic=False)
-    return _COMPILED["fn"]
+    if dynamic not in _COMPILED:
+        _COMPILED[dynamic] = torch.compile(flex_attention, dynamic=dynamic)
+    return _COMPILED[dynamic]
 
 
 def _flex_cache(problem: AttentionProblem) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,6 +74,7 @@ class FlexRunner(Runner):
         self.problem: AttentionProblem | None = None
         # compiled flex on CPU supports inference only, without return_lse (torch inductor's CPU lowering)
         self.returns_lse = device == "cuda"
+        self.dynamic = device == "cuda"  # see _flex
 
     def prepare(self, problem: AttentionProblem) -> None:
         from torch.nn.attention.flex_attention import create_block_mask
@@ -120,7 +129,7 @@ class FlexRunner(Runner):
         p = self.problem
         assert p is not None and self.out is not None
         q = p.q.transpose(0, 1)[None]  # [1, H, T, D]
-        result = _flex()(
+        result = _flex(self.dynamic)(
             q,
             self.k,
             self.v,
