@@ -94,6 +94,35 @@ def default_mla_config(
     return MlaConfig(block_h, block_t, block_n, splits, 8 if rows > 32 else 4, 2)
 
 
+#: (warps, stages) the ``tuned`` search tries per row count: 64-row programs need 8 warps for their accumulator.
+_WARPS_STAGES = {16: ((4, 2), (4, 3), (8, 2)), 32: ((4, 2), (8, 2), (8, 3)), 64: ((8, 2), (8, 1), (4, 2))}
+
+
+def mla_config_space(
+    *, num_heads: int, max_query_len: int, batch: int, max_seq_len: int, sms: int, kv_bytes: int = 2
+) -> list[MlaConfig]:
+    """Configs the ``tuned`` tactic searches for one workload, the ``auto`` config first, no duplicates: KV tiles of
+    16, 32 and 64 positions x split counts {1, auto / 4, auto / 2, auto, 2 auto, 4 auto} (each split keeping at least
+    one tile) x the (warps, stages) pairs of the row count. Rows stay auto's (every head of a request per program).
+    Every config computes the same result; only speed differs."""
+    auto = default_mla_config(
+        num_heads=num_heads, max_query_len=max_query_len, batch=batch, max_seq_len=max_seq_len, sms=sms,
+        kv_bytes=kv_bytes,
+    )  # fmt: skip
+    rows = auto.block_h * auto.block_t
+    out, seen = [auto], {auto}
+    for block_n in (16, 32, 64):
+        most = max(1, min(MAX_SPLITS, max_seq_len // block_n))
+        s = auto.num_splits
+        for splits in sorted({1, max(1, s // 4), max(1, s // 2), s, 2 * s, 4 * s}):
+            for warps, stages in _WARPS_STAGES[rows]:
+                cfg = MlaConfig(auto.block_h, auto.block_t, block_n, min(splits, most), warps, stages)
+                if cfg not in seen:
+                    seen.add(cfg)
+                    out.append(cfg)
+    return out
+
+
 def workspace_size(*, num_tokens: int, num_heads: int, kv_lora_rank: int, num_splits: int) -> int:
     """float32 elements of the split-KV scratch: partial outputs and LSEs (none needed without splits)."""
     return 0 if num_splits <= 1 else num_splits * num_tokens * num_heads * (kv_lora_rank + 1)
@@ -363,4 +392,4 @@ def _split_scratch(
     )
 
 
-__all__ = ["MlaConfig", "default_mla_config", "mla_decode", "workspace_size"]
+__all__ = ["MlaConfig", "default_mla_config", "mla_config_space", "mla_decode", "workspace_size"]

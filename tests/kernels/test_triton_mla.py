@@ -228,6 +228,21 @@ def test_auto_config_rows_and_splits() -> None:
     assert big.num_splits == 1
 
 
+def test_tuned_search_space_starts_with_auto_and_keeps_each_split_a_tile() -> None:
+    """The ``tuned`` tactic's space: auto first, no duplicates, auto's rows everywhere, every split at least one KV
+    tile, and both a one-split and a more-split config than auto's (where the context allows)."""
+    from hwtune.kernels.triton_mla import MAX_SPLITS, default_mla_config, mla_config_space
+
+    for heads, q_len, batch, ctx in ((16, 1, 2, 700), (16, 4, 8, 4096), (128, 1, 64, 8192), (16, 1, 1, 32768)):
+        shape = dict(num_heads=heads, max_query_len=q_len, batch=batch, max_seq_len=ctx, sms=132)
+        auto, space = default_mla_config(**shape), mla_config_space(**shape)
+        assert space[0] == auto and len(set(space)) == len(space) <= 60
+        assert {(c.block_h, c.block_t) for c in space} == {(auto.block_h, auto.block_t)}
+        assert all(c.num_splits * c.block_n <= max(ctx, c.block_n) for c in space)
+        splits = {c.num_splits for c in space}
+        assert 1 in splits and (max(splits) > auto.num_splits or auto.num_splits == min(MAX_SPLITS, ctx // 16))
+
+
 def test_bad_arguments_are_refused_with_the_contract() -> None:
     from hwtune.kernels.triton_mla import MlaConfig, _check_args
 

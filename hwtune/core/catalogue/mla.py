@@ -46,6 +46,7 @@ F = Feature
 MLA = "vllm 0.33.0 v1/attention/backends/mla"
 FI_MLA = "flashinfer 0.6.18 flashinfer/mla/_core.py BatchMLAPagedAttentionWrapper"
 BOTH = fs("decode", "prefill")
+DECODE = fs("decode")
 PREFILL = fs("prefill")
 FI_RAGGED = "flashinfer 0.6.18 flashinfer/prefill.py BatchPrefillWithRaggedKVCacheWrapper"
 VLLM_MLA_PREFILL = "vllm 0.33.0 v1/attention/backends/mla/prefill"
@@ -388,7 +389,18 @@ HWTUNE_TRITON_MLA = Backend(
         features=_MLA_MEASURED_FEATURES,
     ),
     packages=(PackageRequirement("triton", ">=3.0", "JIT-compiled kernels"),),
-    tactics=(Tactic("auto", BOTH, AttentionRules(), summary="heuristic rows, KV tiles and splits", compile_s=10),),
+    tactics=(
+        Tactic("auto", BOTH, AttentionRules(), summary="heuristic rows, KV tiles and splits", compile_s=10),
+        Tactic(
+            "tuned",
+            DECODE,
+            AttentionRules(),
+            summary="KV tiles, splits, warps and stages searched per workload (triton_mla.mla_config_space)",
+            compile_s=40,
+            recompile_s=1.5,  # the search per workload: 0.3-3.3 s (DeepSeek-V3 TP8 tunes, H100, 2026-11-27)
+            quick=False,
+        ),
+    ),
     sources={
         "device_types": "hwtune/kernels/triton_mla.py (Triton on CUDA)",
         "compute_capabilities": "hwtune/kernels/triton_mla.py: bf16 tl.dot, Ampere (SM 8.0) and newer",

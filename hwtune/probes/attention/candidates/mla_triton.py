@@ -1,8 +1,10 @@
-"""HWTUNE_TRITON_MLA: hwtune's MLA decode kernel (``hwtune.kernels.triton_mla``), tactic ``auto``.
+"""HWTUNE_TRITON_MLA: hwtune's MLA decode kernel (``hwtune.kernels.triton_mla``), tactics ``auto`` and ``tuned``.
 
-The launch config is fixed at the first prepare (``default_mla_config`` from the first batch's host integers) and
-kept, with a preallocated split-KV workspace, so a captured CUDA graph keeps its launch and its memory; later
-batches only change the metadata the kernel reads. The config's name is kept in the record.
+The launch config is fixed at the first prepare and kept, with a preallocated split-KV workspace, so a captured CUDA
+graph keeps its launch and its memory; later batches only change the metadata the kernel reads. ``auto`` takes
+``default_mla_config`` from the first batch's host integers; ``tuned`` searches ``mla_config_space`` on that batch
+(``config_search.fastest_config``: each config must match auto's output, then is timed as the probe times; the search
+counts as compile time) and keeps the fastest. The record keeps the config's name, for ``tuned`` every config's median.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ class TritonMlaRunner(MlaRunner):
     supports_graphs = True
     supports_non_causal = True
 
-    def __init__(self) -> None:
+    def __init__(self, tactic: str = "auto") -> None:
         super().__init__()
+        self.tactic = tactic
         self.common, self.kernels = _kernels()
         self.config = None
         self.workspace: torch.Tensor | None = None
@@ -43,7 +46,7 @@ class TritonMlaRunner(MlaRunner):
         self.problem = p
         if self.config is not None:  # fixed at the first batch: a captured graph keeps its launch
             return
-        self.config = self.kernels.default_mla_config(
+        shape = dict(
             num_heads=p.spec.num_heads,
             max_query_len=p.max_query_len,
             batch=p.batch,
@@ -51,19 +54,22 @@ class TritonMlaRunner(MlaRunner):
             sms=self.common.num_sms(p.q.device),
             kv_bytes=p.kv_cache.element_size(),
         )
-        assert p.dims is not None
-        size = self.kernels.workspace_size(
-            num_tokens=p.num_tokens,
-            num_heads=p.spec.num_heads,
-            kv_lora_rank=p.dims.lora,
-            num_splits=self.config.num_splits,
-        )
-        self.workspace = torch.empty(size, dtype=torch.float32, device=p.q.device) if size else None
+        if self.tactic == "tuned":
+            self.config = self._search(p, self.kernels.mla_config_space(**shape))
+        else:
+            self.config = self.kernels.default_mla_config(**shape)
+        self.workspace = self._workspace(p, self.config)
         self.extra["config"] = self.config.name()
 
-    def run(self) -> None:
-        p = self.problem
-        assert p is not None and p.dims is not None and self.out is not None
+    def _workspace(self, p: MlaProblem, config: object) -> torch.Tensor | None:
+        assert p.dims is not None
+        size = self.kernels.workspace_size(
+            num_tokens=p.num_tokens, num_heads=p.spec.num_heads, kv_lora_rank=p.dims.lora, num_splits=config.num_splits
+        )
+        return torch.empty(size, dtype=torch.float32, device=p.q.device) if size else None
+
+    def _call(self, p: MlaProblem, config: object, out: torch.Tensor, lse: torch.Tensor | None, ws: object) -> None:
+        assert p.dims is not None
         self.kernels.mla_decode(
             p.q,
             p.kv_cache,
@@ -72,19 +78,34 @@ class TritonMlaRunner(MlaRunner):
             p.query_start_loc,
             max_query_len=p.max_query_len,
             max_seq_len=p.max_seq_len,
-            out=self.out,
-            lse=self.lse,
+            out=out,
+            lse=lse,
             softmax_scale=p.softmax_scale,
             kv_lora_rank=p.dims.lora,
             kv_scale=p.kv_scale,
             causal=p.causal,
-            config=self.config,
-            workspace=self.workspace,
+            config=config,
+            workspace=ws,
         )
+
+    def _search(self, p: MlaProblem, space: list) -> object:
+        """The fastest config of ``space`` under the probe's own timing (``config_search.fastest_config``)."""
+        from hwtune.probes.attention.candidates.config_search import fastest_config
+
+        assert self.out is not None
+        ws = self._workspace(p, max(space, key=lambda cfg: cfg.num_splits))  # one scratch, large enough for all
+        best, seen = fastest_config(space, lambda cfg, out: self._call(p, cfg, out, None, ws), self.out)
+        self.extra.update(seen)
+        return best
+
+    def run(self) -> None:
+        p = self.problem
+        assert p is not None and self.out is not None
+        self._call(p, self.config, self.out, self.lse, self.workspace)
 
 
 class TritonMlaCandidate(Candidate):
-    """HWTUNE_TRITON_MLA's tactic ``auto``; needs a CUDA device visible to torch and triton."""
+    """HWTUNE_TRITON_MLA's tactics ``auto`` and ``tuned``; needs a CUDA device visible to torch and triton."""
 
     backend = "HWTUNE_TRITON_MLA"
 
@@ -98,6 +119,6 @@ class TritonMlaCandidate(Candidate):
         return None
 
     def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
-        if tactic != "auto":
+        if tactic not in ("auto", "tuned"):
             raise Unsupported(f"HWTUNE_TRITON_MLA has no tactic {tactic!r}")
-        return TritonMlaRunner()
+        return TritonMlaRunner(tactic)
