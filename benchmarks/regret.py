@@ -41,7 +41,7 @@ from hwtune.tuner.plan import Plan, PlanItem, plan_from_model  # noqa: E402
 MODEL = Path(__file__).resolve().parents[1] / "tests" / "data" / "models" / "llama-3.1-8b.json"
 BACKENDS = ("FLASHINFER", "HWTUNE_TRITON_ATTN:auto")
 #: MLA models (--backends default): FlashInfer's MLA wrapper and hwtune's Triton MLA kernel.
-MLA_BACKENDS = ("FLASHINFER_FA_MLA", "HWTUNE_TRITON_MLA:auto")
+MLA_BACKENDS = ("FLASHINFER_FA_MLA", "HWTUNE_TRITON_MLA")
 FI_AUTO = {"decode": ("FLASHINFER", "fa2"), "prefill": ("FLASHINFER", "fa3")}
 #: FlashInfer's MLA wrapper with backend="auto" takes fa3 on SM 9.0 (flashinfer/utils.py determine_mla_backend).
 FI_AUTO_MLA = {"decode": ("FLASHINFER_FA_MLA", "fa3"), "prefill": ("FLASHINFER_FA_MLA", "fa3")}
