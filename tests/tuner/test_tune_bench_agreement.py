@@ -5,7 +5,8 @@ The case that did: torch.compile specialises flex_attention per shape, and after
 ``torch._dynamo.config.recompile_limit`` (8) shapes in one worker process it silently fell back to the
 eager, unfused path, so a tune stored FLEX_ATTENTION decode at 15-100x what a fresh `bench` measured
 (10.8x at batch 8 x 320 tokens in this test's plan, CPU). Workers now give compiled-per-shape backends a
-clean compiler per job and fail closed past the limit; this test runs more shapes than the limit through
+clean compiler per job on the CPU (per spec on CUDA, where they compile with dynamic shapes) and fail closed past
+the limit; this test runs more shapes than the limit through
 one tuner and requires every result to be a compiled, correct, timed measurement.
 
 Timing agreement itself (stored median against a fresh `bench`) is measured by benchmarks/tune_vs_bench.py:
@@ -55,3 +56,24 @@ def test_the_worker_fails_closed_past_the_recompile_limit() -> None:
     import hwtune.probes.attention.job  # noqa: F401 - sets the flag, as every worker does
 
     assert torch._dynamo.config.fail_on_recompile_limit_hit is True
+
+
+def test_dynamic_shape_compiles_are_reset_per_spec_on_cuda_and_per_job_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA FLEX compiles with dynamic shapes, so the worker keeps its compiler across one spec's jobs and resets
+    it when the spec changes; on the CPU (a compile per shape) every job starts clean; other backends never reset."""
+    import torch
+
+    from hwtune.probes.attention import job
+
+    resets: list[int] = []
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
+    monkeypatch.setattr(job, "_DYNAMIC_LAST", {})
+    other = AttentionSpec(num_heads=8, num_kv_heads=2, head_size=64, dtype="float32", kv_layout="HND")
+    for spec in (SPEC, SPEC, SPEC, other, other, SPEC):
+        job._forget_compiled_shapes("FLEX_ATTENTION", spec.key(), "cuda")
+    assert len(resets) == 3
+    resets.clear()
+    for spec in (SPEC, SPEC, other):
+        job._forget_compiled_shapes("FLEX_ATTENTION", spec.key(), "cpu")
+        job._forget_compiled_shapes("HWTUNE_TRITON_ATTN", spec.key(), "cuda")
+    assert len(resets) == 3

@@ -435,7 +435,7 @@ FLEX_ATTENTION = Backend(
             AttentionRules(),
             summary="torch.compile(flex_attention): dynamic shapes on CUDA (as vLLM runs it), per shape on CPU",
             compile_s=25,
-            recompile_s=10,  # per later workload in a tune: 4.2-22 s, mean 9.8 (Llama-3.1-8B, H100, 2026-11-27)
+            recompile_s=1,  # later shapes of a spec: 0-0.02 s, a new specialisation 4-8 s (H100, 2026-11-27)
         ),
     ),
     sources={

@@ -7,7 +7,7 @@ request and logical position through the page table, so a query sees exactly its
 to its position (and within the sliding window). Building the mask is per-step metadata (``prepare``,
 not timed); the compiled ``flex_attention`` call is timed. On CUDA it is compiled with dynamic shapes, as an engine
 runs it (``_flex``): on an H100 (2026-11-27, benchmarks/experiments/flex_dynamic.py) the first decode and prefill
-shapes compiled in 4-8 s and every later shape reused them (about 1 s after the worker's per-job dynamo reset), where
+shapes compiled in 4-8 s and every later shape reused them (the worker resets the compiler per spec, not per job), where
 a compile per shape took 2.4-6.7 s each; decode ran within 6 % of the per-shape kernels, a 512-token prefill 1.45x
 slower (71.7 against 49.5 us).
 
