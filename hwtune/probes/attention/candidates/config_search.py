@@ -51,7 +51,11 @@ def fastest_config(
         if not torch.allclose(out.float(), ref.float(), rtol=2e-2, atol=2e-2):
             rejected.append(f"{cfg.name()}: output differs from the auto config")
             continue
-        graph = capture_graph(lambda c=cfg, o=out: call(c, o))
+        try:
+            graph = capture_graph(lambda c=cfg, o=out: call(c, o))
+        except Exception as exc:  # a launch a CUDA graph cannot hold is no use to a graph-replaying engine
+            rejected.append(f"{cfg.name()}: not capturable ({type(exc).__name__})")
+            continue
         stats, _ = time_cuda(lambda: None, l2_bytes=l2_bytes, opts=SEARCH_TIMING, graph=graph)
         timed[cfg.name()] = round(stats.median_us, 2)
         if stats.median_us < best_us:

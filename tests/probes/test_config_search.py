@@ -1,0 +1,82 @@
+"""The ``tuned`` tactics' config search (``candidates/config_search.py``), on the CPU with the GPU parts stood in:
+a config that fails to compile, computes something else or cannot be captured is listed and never timed; the rest
+are timed through a captured graph (the probe's own timing), and the fastest by that timing wins."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from hwtune.core.records import LatencyStats
+from hwtune.probes.attention.candidates import config_search
+
+
+@dataclass(frozen=True)
+class Cfg:
+    label: str
+    us: float  # what the stand-in graph timing measures for it
+    fails: str = ""  # "compile", "wrong", "capture"
+
+    def name(self) -> str:
+        return self.label
+
+
+@pytest.fixture
+def timed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Stand-ins for the GPU: graphs capture a config's call, timing reads the config's ``us``; returns the names
+    of the configs timed, in order."""
+    seen: list[str] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a, **k: SimpleNamespace(L2_cache_size=1 << 20))
+
+    def capture(fn):  # noqa: ANN001, ANN202
+        fn()
+        if CURRENT["cfg"].fails == "capture":
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return SimpleNamespace(cfg=CURRENT["cfg"])
+
+    def time_cuda(fn, *, l2_bytes, opts, graph):  # noqa: ANN001, ANN202
+        assert graph is not None and opts is config_search.SEARCH_TIMING and l2_bytes == 1 << 20
+        seen.append(graph.cfg.name())
+        us = graph.cfg.us
+        return LatencyStats(median_us=us, p10_us=us, p90_us=us, mean_us=us, n=10, spread=0.0), "cuda_graph"
+
+    monkeypatch.setattr(config_search, "capture_graph", capture)
+    monkeypatch.setattr(config_search, "time_cuda", time_cuda)
+    return seen
+
+
+CURRENT: dict[str, Cfg] = {}
+
+
+def _call(cfg: Cfg, out: torch.Tensor) -> None:
+    CURRENT["cfg"] = cfg
+    if cfg.fails == "compile":
+        raise RuntimeError("out of resource: shared memory")
+    out.fill_(2.0 if cfg.fails == "wrong" else 1.0)
+
+
+def test_the_fastest_correct_capturable_config_wins_by_graph_timing(timed: list[str]) -> None:
+    space = [
+        Cfg("auto", 20.0),
+        Cfg("fast-but-wrong", 5.0, "wrong"),
+        Cfg("no-compile", 4.0, "compile"),
+        Cfg("no-capture", 3.0, "capture"),
+        Cfg("faster", 12.0),
+        Cfg("slower", 30.0),
+    ]
+    best, seen = config_search.fastest_config(space, _call, torch.zeros(4))
+    assert best.name() == "faster"
+    assert timed == ["auto", "faster", "slower"]
+    assert seen["searched"] == 6 and seen["searched_us"] == {"auto": 20.0, "faster": 12.0, "slower": 30.0}
+    rejected = " | ".join(seen["rejected_configs"])
+    assert "fast-but-wrong: output differs" in rejected and "no-compile: RuntimeError" in rejected
+    assert "no-capture: not capturable" in rejected
+
+
+def test_auto_is_kept_when_nothing_beats_it(timed: list[str]) -> None:
+    best, _ = config_search.fastest_config([Cfg("auto", 10.0), Cfg("b", 10.5), Cfg("c", 11.0)], _call, torch.zeros(2))
+    assert best.name() == "auto"
