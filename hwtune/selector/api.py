@@ -21,6 +21,7 @@ from hwtune.core.devices import DeviceProfile, simulated
 from hwtune.core.errors import BackendNotValidError, NoValidBackendError
 from hwtune.core.types import All2AllSpec, AttentionSpec, Spec
 from hwtune.core.validation import Rejection, check, phases_of, valid_tactics
+from hwtune.selector.block_sizes import over_block_sizes
 from hwtune.selector.decision import rank as measured_rank
 from hwtune.selector.dispatch import dispatch_table
 from hwtune.selector.engine_select import (
@@ -373,9 +374,15 @@ def _cached(
         args = (requested, how, assume_installed, db, max_num_seqs, max_model_len, profile, target)
         return _select(kind, s, device, *args)
 
-    if isinstance(spec, AttentionSpec) and spec.kv_layout == "auto" and db is not False:
-        return over_layouts(one, spec)  # the layout is decided by measurement (selector/layouts.py)
-    return one(spec)
+    def laid_out(s: Spec) -> Selection:
+        if isinstance(s, AttentionSpec) and s.kv_layout == "auto" and db is not False:
+            return over_layouts(one, s)  # the layout is decided by measurement (selector/layouts.py)
+        return one(s)
+
+    engine_reads_sizes = target is not None and device.is_cuda  # engine_select.block_lookups
+    if isinstance(spec, AttentionSpec) and spec.block_size is None and db is not False and not engine_reads_sizes:
+        return over_block_sizes(laid_out, spec)  # the block size is decided by measurement (selector/block_sizes.py)
+    return laid_out(spec)
 
 
 def clear_cache() -> None:

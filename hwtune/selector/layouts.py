@@ -20,7 +20,7 @@ from hwtune.selector.selection import Selection
 LAYOUTS = ("NHD", "HND")
 
 
-def _cost(selection: Selection) -> float | None:
+def measured_cost(selection: Selection) -> float | None:
     """The chosen backend's measured cost over the mix, or None when it was not measured."""
     chosen = next((r for r in selection.ranked if r.backend == selection.backend), None)
     if chosen is None or chosen.source == "static" or chosen.latency_us is None:
@@ -38,7 +38,7 @@ def over_layouts(select_one: Callable[[AttentionSpec], Selection], spec: Attenti
             sel = select_one(replace(spec, kv_layout=layout))
         except (NoValidBackendError, BackendNotValidError):
             continue  # no backend (or not the requested one) serves this layout: the other may
-        cost = _cost(sel)
+        cost = measured_cost(sel)
         if cost is not None:
             measured.append((cost, layout, sel))
     if not measured:
