@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from hwtune.core.errors import BackendNotValidError, NoValidBackendError
 from hwtune.core.types import AttentionSpec
-from hwtune.selector.layouts import measured_cost
+from hwtune.selector.layouts import measured_cheapest
 from hwtune.selector.selection import Selection
 
 #: KV page sizes engines run (vLLM's --block-size choices 1-256 that kernels take; SGLang's --page-size).
@@ -25,19 +24,9 @@ def over_block_sizes(select_one: Callable[[AttentionSpec], Selection], spec: Att
     """Select for a spec without a block size: each of ``PAGE_SIZES``'s selection, the measured cheapest wins;
     the selection without a size stands when none was measured."""
     base = select_one(spec)
-    measured: list[tuple[float, int, Selection]] = []
-    for size in PAGE_SIZES:
-        try:
-            sel = select_one(replace(spec, block_size=size))
-        except (NoValidBackendError, BackendNotValidError):
-            continue  # nothing (or not the requested backend) serves this size: another may
-        cost = measured_cost(sel)
-        if cost is not None:
-            measured.append((cost, size, sel))
-    if not measured:
+    found = measured_cheapest(select_one, {str(size): replace(spec, block_size=size) for size in PAGE_SIZES})
+    if found is None:
         return base
-    measured.sort(key=lambda m: m[0])
-    cost, size, best = measured[0]
-    compared = "; ".join(f"{s}: {sel.backend} ~{c:.1f} us" for c, s, sel in measured)
+    size, best, compared = found
     note = f"no block size given: block size {size} chosen by measured cost over the mix ({compared})"
     return replace(best, notes=(note, *best.notes))

@@ -28,23 +28,35 @@ def measured_cost(selection: Selection) -> float | None:
     return chosen.latency_us
 
 
+def measured_cheapest(
+    select_one: Callable[[AttentionSpec], Selection], choices: dict[str, AttentionSpec]
+) -> tuple[str, Selection, str] | None:
+    """The measured cheapest of ``choices`` (label -> spec, each selected alone) over the mix: (its label, its
+    selection, "label: backend ~cost us; ..." of every measured choice), or None when none was measured. A choice
+    nothing serves (or not the requested backend) is left out: another may."""
+    measured: list[tuple[float, str, Selection]] = []
+    for label, spec in choices.items():
+        try:
+            sel = select_one(spec)
+        except (NoValidBackendError, BackendNotValidError):
+            continue
+        cost = measured_cost(sel)
+        if cost is not None:
+            measured.append((cost, label, sel))
+    if not measured:
+        return None
+    measured.sort(key=lambda m: m[0])
+    compared = "; ".join(f"{label}: {sel.backend} ~{cost:.1f} us" for cost, label, sel in measured)
+    return measured[0][1], measured[0][2], compared
+
+
 def over_layouts(select_one: Callable[[AttentionSpec], Selection], spec: AttentionSpec) -> Selection:
     """Select for an ``auto``-layout spec: each explicit layout's selection, the measured cheapest wins; the
     ``auto`` selection stands when no explicit layout was measured. Notes say what was compared."""
     base = select_one(spec)
-    measured: list[tuple[float, str, Selection]] = []
-    for layout in LAYOUTS:
-        try:
-            sel = select_one(replace(spec, kv_layout=layout))
-        except (NoValidBackendError, BackendNotValidError):
-            continue  # no backend (or not the requested one) serves this layout: the other may
-        cost = measured_cost(sel)
-        if cost is not None:
-            measured.append((cost, layout, sel))
-    if not measured:
+    found = measured_cheapest(select_one, {lay: replace(spec, kv_layout=lay) for lay in LAYOUTS})
+    if found is None:
         return base
-    measured.sort(key=lambda m: m[0])
-    cost, layout, best = measured[0]
-    compared = "; ".join(f"{lay}: {s.backend} ~{c:.1f} us" for c, lay, s in measured)
+    layout, best, compared = found
     note = f"KV layout {layout} chosen for kv_layout=auto by measured cost over the mix ({compared})"
     return replace(best, notes=(note, *best.notes))
