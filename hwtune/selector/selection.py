@@ -87,6 +87,12 @@ class Selection:
         return self.spec.get("kv_layout")
 
     @property
+    def block_size(self) -> int | None:
+        """The KV block size of the selection (attention): the given one, or without one the measured winner's
+        (``selector/block_sizes.py``); None when nothing decided it (the engine's own choice) and for all2all."""
+        return self.spec.get("block_size")
+
+    @property
     def engine_name(self) -> str:
         """The engine target in words ("vLLM 0.33.0"); empty for none."""
         if not self.engine:
@@ -114,6 +120,7 @@ class Selection:
             "tactic": self.tactic,
             "tactics": dict(self.tactics),
             "kv_layout": self.kv_layout,
+            "block_size": self.block_size,
             "per_phase": dict(self.per_phase),
             "ranked": [r.to_dict() for r in self.ranked],
             "rejected": {k: list(v) for k, v in self.rejected.items()},
@@ -133,6 +140,7 @@ class Selection:
         """The selection for people: the choice, notes, each ranked backend with its source and estimate, and every
         rejection with its reasons (``hwtune select --explain``)."""
         layout = f", KV layout {self.kv_layout}" if self.kv_layout else ""
+        layout += f", block size {self.block_size}" if self.block_size else ""
         target = f" with {self.engine_name}" if self.engine else ""
         lines = [
             f"{self.kind} backend for {self.device.describe()}{target}: {self.backend} (tactic {self.tactic}{layout})"

@@ -56,7 +56,7 @@ def store(tmp_path):
 def test_without_a_block_size_the_measured_size_is_used_and_named(store) -> None:
     sel = select(store((16,)), None)
     assert sel.backend == "FLASHINFER" and sel.ranked[0].source != "static"
-    assert sel.spec["block_size"] == 16
+    assert sel.block_size == 16 and sel.to_dict()["block_size"] == 16 and "block size 16)" in sel.explain()
     assert any(n.startswith("no block size given: block size 16 chosen") for n in sel.notes)
 
 
