@@ -23,10 +23,9 @@ PAGE_SIZES = (1, 16, 32, 64, 128, 256)
 def over_block_sizes(select_one: Callable[[AttentionSpec], Selection], spec: AttentionSpec) -> Selection:
     """Select for a spec without a block size: each of ``PAGE_SIZES``'s selection, the measured cheapest wins;
     the selection without a size stands when none was measured."""
-    base = select_one(spec)
     found = measured_cheapest(select_one, {str(size): replace(spec, block_size=size) for size in PAGE_SIZES})
     if found is None:
-        return base
+        return select_one(spec)
     size, best, compared = found
     note = f"no block size given: block size {size} chosen by measured cost over the mix ({compared})"
     return replace(best, notes=(note, *best.notes))

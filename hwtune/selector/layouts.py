@@ -53,10 +53,9 @@ def measured_cheapest(
 def over_layouts(select_one: Callable[[AttentionSpec], Selection], spec: AttentionSpec) -> Selection:
     """Select for an ``auto``-layout spec: each explicit layout's selection, the measured cheapest wins; the
     ``auto`` selection stands when no explicit layout was measured. Notes say what was compared."""
-    base = select_one(spec)
     found = measured_cheapest(select_one, {lay: replace(spec, kv_layout=lay) for lay in LAYOUTS})
     if found is None:
-        return base
+        return select_one(spec)
     layout, best, compared = found
     note = f"KV layout {layout} chosen for kv_layout=auto by measured cost over the mix ({compared})"
     return replace(best, notes=(note, *best.notes))
