@@ -10,10 +10,10 @@ import dataclasses
 import pytest
 
 import hwtune
-from hwtune.core.types import AttentionSpec, AttentionWorkload
+from hwtune.core.types import AttentionSpec
 from hwtune.db.store import Store
 from hwtune.selector.api import _cached
-from tests.selector.test_measured import rec
+from tests.selector.test_layouts import spec_records
 
 SPEC = AttentionSpec(32, 8, 128, kv_layout="NHD")
 TACTIC = {"FLASHINFER": "fa2-tc", "FLASH_ATTN": "fa3"}
@@ -22,16 +22,7 @@ FACTOR = {(16, "FLASHINFER"): 1.0, (16, "FLASH_ATTN"): 1.3, (64, "FLASHINFER"): 
 
 
 def records(sizes=(16, 64)):
-    out = []
-    for size in sizes:
-        spec = dataclasses.replace(SPEC, block_size=size)
-        shapes = [AttentionWorkload(spec, "decode", b, c) for b in (1, 16, 256) for c in (512, 8192, 32768)]
-        shapes += [AttentionWorkload(spec, "prefill", 1, p + 2048, query_len=2048) for p in (0, 8192)]
-        for w in shapes:
-            work = w.batch * w.context_len if w.phase == "decode" else w.query_len * w.context_len / 50
-            for backend, tactic in TACTIC.items():
-                out.append(rec(w, backend, tactic, 10 + 0.001 * work * FACTOR[(size, backend)]))
-    return out
+    return spec_records({size: dataclasses.replace(SPEC, block_size=size) for size in sizes}, FACTOR, TACTIC)
 
 
 def select(url, block_size, engine=None):

@@ -21,17 +21,22 @@ FACTOR = {
 TACTIC = {"FLASHINFER": "fa2-tc", "FLASH_ATTN": "fa3"}
 
 
-def records(layouts=("NHD", "HND")):
+def spec_records(specs: dict, factor: dict, tactics: dict = TACTIC) -> list:
+    """Decode and prefill records of each ``label -> spec``, every backend of ``tactics`` at a latency that grows
+    with the work, scaled by ``factor[(label, backend)]``."""
     out = []
-    for layout in layouts:
-        spec = dataclasses.replace(AUTO, kv_layout=layout)
+    for label, spec in specs.items():
         shapes = [AttentionWorkload(spec, "decode", b, c) for b in (1, 16, 256) for c in (512, 8192, 32768)]
         shapes += [AttentionWorkload(spec, "prefill", 1, p + 2048, query_len=2048) for p in (0, 8192)]
         for w in shapes:
             size = w.batch * w.context_len if w.phase == "decode" else w.query_len * w.context_len / 50
-            for backend, tactic in TACTIC.items():
-                out.append(rec(w, backend, tactic, 10 + 0.001 * size * FACTOR[(layout, backend)]))
+            for backend, tactic in tactics.items():
+                out.append(rec(w, backend, tactic, 10 + 0.001 * size * factor[(label, backend)]))
     return out
+
+
+def records(layouts=("NHD", "HND")):
+    return spec_records({lay: dataclasses.replace(AUTO, kv_layout=lay) for lay in layouts}, FACTOR)
 
 
 @pytest.fixture()
