@@ -14,6 +14,7 @@ Query rows of a tile are (query token, query head of one GQA group) pairs, row `
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from dataclasses import dataclass
 
@@ -32,6 +33,19 @@ from hwtune.kernels.configs import (
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
+
+#: Integer kernel arguments that change with the workload (batch, split count, block-table and split-scratch
+#: strides) and that Triton would otherwise specialise on (``== 1``, divisible by 16), compiling every config once
+#: per combination. Left generic, a config compiles once per constexpr set and serves every later workload: on an
+#: H100 (2026-11-27) the ``tuned`` search took 0.4-2.4 s per decode workload instead of 1-24 s, with the same kernel
+#: times (within 1 %; ``benchmarks/experiments/triton_specialization.py``).
+WORKLOAD_INTS = ["batch", "num_splits", "n_qt", "n_ht", "stride_bt", "stride_ps", "stride_pt", "stride_ph"]
+
+
+def jit_workload_generic(fn):  # noqa: ANN001, ANN201 - a kernel function in, a Triton JIT function out
+    """``triton.jit`` that leaves the kernel's workload integers (``WORKLOAD_INTS``) unspecialised."""
+    params = inspect.signature(fn).parameters
+    return triton.jit(do_not_specialize=[n for n in WORKLOAD_INTS if n in params])(fn)
 
 
 # --- device-side helpers -------------------------------------------------------------------------------------
@@ -163,7 +177,7 @@ def store_result(
             tl.store(lse_ptr + rows_tok.to(tl.int64) * stride_lt + rows_head * stride_lh, lse, mask=row_ok)
 
 
-@triton.jit
+@jit_workload_generic
 def _merge_kernel(
     part_o_ptr,
     part_lse_ptr,

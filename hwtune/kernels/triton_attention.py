@@ -31,6 +31,7 @@ from hwtune.kernels._common import (
     LOG2E,
     check_query_io,
     check_runnable,
+    jit_workload_generic,
     l2_bytes,
     merge_splits,
     num_sms,
@@ -147,7 +148,7 @@ def _kv_tile(
     return acc, m_new, l_i
 
 
-@triton.jit
+@jit_workload_generic
 def _paged_attn_kernel(
     q_ptr,
     k_ptr,

@@ -31,6 +31,7 @@ from hwtune.kernels._common import (
     LOG2E,
     check_lse,
     check_runnable,
+    jit_workload_generic,
     merge_splits,
     num_sms,
     split_buffers,
@@ -227,7 +228,7 @@ def _latent_tile(
     return acc, m_new, l_i
 
 
-@triton.jit
+@jit_workload_generic
 def _mla_decode_kernel(
     q_ptr,
     cache_ptr,

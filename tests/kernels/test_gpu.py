@@ -130,3 +130,29 @@ def test_cuda_graph_capture_follows_new_metadata(kind: str) -> None:
         checks = compare(p, out, lse, *ref, lse_limit=3e-3)
         failed = {k_: v_ for k_, (v_, limit) in checks.items() if not v_ <= limit}
         assert not failed, f"replay {step}: {failed}"
+
+
+def _compiled_variants(kernel) -> int:  # noqa: ANN001 - a Triton JITFunction
+    return len(kernel.device_caches[torch.cuda.current_device()][0])
+
+
+def test_one_config_compiles_once_for_every_batch_and_context() -> None:
+    """Workload integers (batch, split count, block-table width) are not specialised on: one config at batch 1, 5
+    and 16 and at block tables 32 to 47 pages wide runs one compiled kernel (the tuner's per-workload config search
+    would otherwise recompile its whole space for each new combination)."""
+    from hwtune.kernels import _common, triton_attention
+
+    config = {"block_n": 64, "num_splits": 3}
+    before = None
+    for q_lens, seq_lens in (((1,), (500,)), ((1,) * 5, (700, 3, 16, 650, 100)), ((1,) * 16, (512,) * 16)):
+        p = Problem(q_lens, seq_lens, num_heads=32, num_kv_heads=8, head_size=128, config=config)
+        t = build(p, "cuda")
+        out, lse = run_triton(p, t)
+        ref = paged_attention_ref(
+            t["q"], t["kv"][:, 0], t["kv"][:, 1], t["block_table"], t["seq_lens"], t["qsl"], softmax_scale=128**-0.5
+        )
+        failed = {k: v for k, (v, limit) in compare(p, out, lse, *ref).items() if not v <= limit}
+        assert not failed, failed
+        counts = (_compiled_variants(triton_attention._paged_attn_kernel), _compiled_variants(_common._merge_kernel))
+        assert before is None or counts == before, f"recompiled for batch {len(q_lens)}: {before} -> {counts}"
+        before = counts
