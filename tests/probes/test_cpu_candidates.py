@@ -58,6 +58,15 @@ def test_flex_compiled_on_cpu(pool: WorkerPool) -> None:
     assert rec.compile_time_s is not None and rec.compile_time_s > 0
 
 
+def test_flex_mask_is_compiled_only_where_the_eager_mask_would_be_too_large() -> None:
+    from hwtune.probes.attention.candidates.flex import EAGER_MASK_ELEMENTS, compile_mask
+
+    assert not compile_mask("cuda", 256, 256 * 8192 + 16)  # batch 256 x 8192 tokens: eager, 0.1 s on an H100
+    assert compile_mask("cuda", 8192, 8192 + 131072)  # an 8192-token chunk on a 131072-token prefix
+    assert not compile_mask("cpu", 8192, 8192 + 131072)
+    assert compile_mask("cuda", 1, EAGER_MASK_ELEMENTS + 1) and not compile_mask("cuda", 1, EAGER_MASK_ELEMENTS)
+
+
 def test_invalid_candidates_are_recorded_unsupported_and_never_run() -> None:
     w = AttentionWorkload(AttentionSpec(8, 2, 64, dcp_size=2), "decode", batch=2, context_len=64)
     recs = measure_attention(

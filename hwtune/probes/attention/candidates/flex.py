@@ -4,12 +4,12 @@ As vLLM's FlexAttention backend does, the cache is kept in flex's own layout (K 
 ``[1, kv_heads, num_slots, dim]`` tensors: what an engine using flex would allocate) and the queries of
 the whole batch are packed into one sequence. The mask maps each physical cache slot back to its owning
 request and logical position through the page table, so a query sees exactly its own request's tokens up
-to its position (and within the sliding window). Building the mask is per-step metadata (``prepare``,
-not timed); the compiled ``flex_attention`` call is timed. On CUDA it is compiled with dynamic shapes, as an engine
-runs it (``_flex``): on an H100 (2026-11-27, benchmarks/experiments/flex_dynamic.py) the first decode and prefill
-shapes compiled in 4-8 s and every later shape reused them (the worker resets the compiler per spec, not per job), where
-a compile per shape took 2.4-6.7 s each; decode ran within 6 % of the per-shape kernels, a 512-token prefill 1.45x
-slower (71.7 against 49.5 us).
+to its position (and within the sliding window). Building the mask is per-step metadata (``prepare``, not timed;
+eager up to ``EAGER_MASK_ELEMENTS``, see ``compile_mask``); the compiled ``flex_attention`` call is timed. On CUDA
+it is compiled with dynamic shapes, as an engine runs it (``_flex``): on an H100 (2026-11-27,
+benchmarks/experiments/flex_dynamic.py) the first decode and prefill shapes compiled in 4-8 s and every later shape
+reused them (the worker resets the compiler per spec, not per job), where a compile per shape took 2.4-6.7 s each;
+decode ran within 6 % of the per-shape kernels, a 512-token prefill 1.45x slower (71.7 against 49.5 us).
 
 Attention sinks (gpt-oss; flex has no sink argument, and its compiled CPU path returns no LSE to correct the
 output by): flex's cache copy gets one more page of zeros, whose first slot is the sink's key. The mask lets every
@@ -26,6 +26,19 @@ from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupport
 from hwtune.probes.attention.problem import AttentionProblem
 
 _COMPILED: dict[bool, object] = {}
+
+#: Query x KV-slot pairs up to which the block mask is built eagerly: the mask function then runs over the whole grid
+#: (int32 intermediates of this many elements, a few GB at the limit); beyond it torch.compile fuses it away.
+EAGER_MASK_ELEMENTS = 1 << 30
+
+
+def compile_mask(device_type: str, num_queries: int, kv_slots: int) -> bool:
+    """Whether ``create_block_mask`` should compile the mask function. Compiled, it recompiled at nearly every new
+    workload of a tune (guards on the query and KV lengths and on 0/1 sizes): on an H100 (2026-11-27,
+    benchmarks/experiments/flex_mask.py) 5-8 s of a workload's 5-14 s of FLEX compilation; eager it took 0.02-0.1 s
+    for every Llama-3.1-8B plan shape up to batch 256 x 8192 tokens (0.5 G pairs), with the same peak memory. On the
+    CPU it is always built eagerly."""
+    return device_type == "cuda" and num_queries * kv_slots > EAGER_MASK_ELEMENTS
 
 
 def _flex(dynamic: bool):  # noqa: ANN202 - the compiled callable
@@ -122,7 +135,7 @@ class FlexRunner(Runner):
             Q_LEN=problem.num_tokens,
             KV_LEN=kv_len,
             device=str(dev),
-            _compile=dev.type == "cuda",
+            _compile=compile_mask(dev.type, problem.num_tokens, kv_len),
         )
 
     def run(self) -> None:
