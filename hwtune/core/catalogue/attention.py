@@ -385,7 +385,10 @@ HWTUNE_TRITON_ATTN = Backend(
             AttentionRules(),
             summary="tile sizes, KV splits, warps, stages searched per workload",
             compile_s=60,
-            recompile_s=18,  # the search per workload: 1.4-49 s, mean 18.5 over a tune's first 10 (H100, 2026-11-27)
+            # the search per later workload (H100, 2026-11-27, benchmarks/experiments/triton_specialization.py): 0.4-2.4 s
+            # where its kernels' constexpr class was compiled before, 36-40 s for a new one (a plan meets about 6:
+            # split or not, prefill KV in L2 or not); mean 9.9 s over an experiment's 17 workloads, fewer over a plan
+            recompile_s=5,
             quick=False,
         ),
     ),
@@ -435,7 +438,9 @@ FLEX_ATTENTION = Backend(
             AttentionRules(),
             summary="torch.compile(flex_attention): dynamic shapes on CUDA (as vLLM runs it), per shape on CPU",
             compile_s=25,
-            recompile_s=1,  # later shapes of a spec: 0-0.02 s, a new specialisation 4-8 s (H100, 2026-11-27)
+            # later shapes of a spec: 0-0.02 s, a new specialisation (batch 1 / more, query blocks) 3-8 s; the block mask
+            # compiles nothing (H100, 2026-11-27, benchmarks/experiments/flex_dynamic.py, flex_mask.py)
+            recompile_s=1,
         ),
     ),
     sources={
