@@ -295,6 +295,18 @@ def _fail_measured_nothing(records: list[MeasurementRecord], profile: DeviceProf
     raise typer.Exit(1)
 
 
+def _jit_hint(report: TuneReport) -> list[str]:
+    from hwtune.core.packages import installed_version
+    from hwtune.tuner.report import jit_cache_hint
+
+    if not report.compile_s:
+        return []
+    import torch
+
+    hint = jit_cache_hint(report.compile_s, installed_version("flashinfer-jit-cache") is not None, torch.version.cuda)
+    return [hint] if hint else []
+
+
 def _print_report(report: TuneReport, records: list[MeasurementRecord], json_out: bool) -> None:
     from hwtune.tuner.report import winners
 
@@ -312,5 +324,5 @@ def _print_report(report: TuneReport, records: list[MeasurementRecord], json_out
         console.print(
             "JIT compile (s): " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(report.compile_s.items())), markup=False
         )
-    for note in report.notes:
+    for note in report.notes + _jit_hint(report):
         console.print(f"note: {note}", markup=False)

@@ -80,3 +80,20 @@ def winners(records: Iterable[MeasurementRecord]) -> list[Winner]:
             )
         )
     return [w for _, w in sorted(out, key=lambda kw: (kw[1].kind, kw[0]))]
+
+
+#: FlashInfer first-use compilation (seconds, summed over its kernels) above which a tune's end says how to skip it.
+JIT_HINT_S = 60.0
+
+
+def jit_cache_hint(compile_s: dict[str, float], jit_cache_installed: bool, cuda: str | None) -> str | None:
+    """A note for a run whose FlashInfer kernels compiled on first use for long, where FlashInfer's prebuilt kernel
+    cache (``flashinfer-jit-cache``, from FlashInfer's own package index per CUDA version) is not installed."""
+    spent = sum(v for k, v in compile_s.items() if k.startswith("FLASHINFER/"))
+    if jit_cache_installed or spent < JIT_HINT_S:
+        return None
+    index = f"https://flashinfer.ai/whl/cu{cuda.replace('.', '')}" if cuda else "https://flashinfer.ai/whl/cuXYZ"
+    return (
+        f"FlashInfer compiled its kernels on first use (up to {spent:.0f} s, counted above; cached on this machine "
+        f"for later runs): to skip it on a new node, pip install flashinfer-jit-cache --index-url {index}"
+    )

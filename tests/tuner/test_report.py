@@ -110,3 +110,13 @@ def test_tick_labels_are_sizes_people_read() -> None:
     from hwtune.tuner.plots import size_label
 
     assert [size_label(n) for n in (1, 512, 2048, 32768, 1 << 20, 1000)] == ["1", "512", "2k", "32k", "1M", "1000"]
+
+
+def test_a_long_flashinfer_jit_says_how_to_skip_it_next_time() -> None:
+    from hwtune.tuner.report import jit_cache_hint
+
+    long = {"FLASHINFER/fa3": 114.0, "FLASHINFER/fa2": 27.0, "HWTUNE_TRITON_ATTN/tuned": 48.0}
+    hint = jit_cache_hint(long, jit_cache_installed=False, cuda="13.0")
+    assert hint and "141 s" in hint and "--index-url https://flashinfer.ai/whl/cu130" in hint
+    assert jit_cache_hint(long, jit_cache_installed=True, cuda="13.0") is None
+    assert jit_cache_hint({"FLASHINFER/xqa": 20.0, "HWTUNE_TRITON_ATTN/tuned": 90.0}, False, "13.0") is None

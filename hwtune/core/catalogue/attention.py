@@ -385,9 +385,9 @@ HWTUNE_TRITON_ATTN = Backend(
             AttentionRules(),
             summary="tile sizes, KV splits, warps, stages searched per workload",
             compile_s=60,
-            # the search per later workload (H100, 2026-11-27, benchmarks/experiments/triton_specialization.py): 0.4-2.4 s
-            # where its kernels' constexpr class was compiled before, 36-40 s for a new one (a plan meets about 6:
-            # split or not, prefill KV in L2 or not); mean 9.9 s over an experiment's 17 workloads, fewer over a plan
+            # the search per later workload (H100, 2026-11-27, benchmarks/experiments/triton_specialization.py):
+            # 0.4-2.4 s where its kernels' constexpr class was compiled before, 36-40 s for a new one (a plan meets
+            # about 6: split or not, prefill KV in L2 or not); mean 9.9 s over an experiment's 17 workloads
             recompile_s=5,
             quick=False,
         ),
@@ -438,8 +438,8 @@ FLEX_ATTENTION = Backend(
             AttentionRules(),
             summary="torch.compile(flex_attention): dynamic shapes on CUDA (as vLLM runs it), per shape on CPU",
             compile_s=25,
-            # later shapes of a spec: 0-0.02 s, a new specialisation (batch 1 / more, query blocks) 3-8 s; the block mask
-            # compiles nothing (H100, 2026-11-27, benchmarks/experiments/flex_dynamic.py, flex_mask.py)
+            # later shapes of a spec: 0-0.02 s, a new specialisation (batch 1 / more, query blocks) 3-8 s; the block
+            # mask compiles nothing (H100, 2026-11-27, benchmarks/experiments/flex_dynamic.py, flex_mask.py)
             recompile_s=1,
         ),
     ),
