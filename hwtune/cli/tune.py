@@ -324,5 +324,12 @@ def _print_report(report: TuneReport, records: list[MeasurementRecord], json_out
         console.print(
             "JIT compile (s): " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(report.compile_s.items())), markup=False
         )
+    if report.backend_s or report.warmup_s:
+        spent = sorted(report.backend_s.items(), key=lambda kv: -kv[1])
+        console.print(
+            f"time (s): warm-up (JIT) {report.warmup_s:.0f}; measuring, compilation included, "
+            + (", ".join(f"{k} {v:.0f}" for k, v in spent) or "nothing"),
+            markup=False,
+        )
     for note in report.notes + _jit_hint(report):
         console.print(f"note: {note}", markup=False)

@@ -48,6 +48,9 @@ class TuneReport:
     records: int = 0
     statuses: dict[str, int] = field(default_factory=dict)
     compile_s: dict[str, float] = field(default_factory=dict)
+    #: Wall seconds of the JIT warm-up, and of measuring each backend (inputs, gate, compile and timing: per job).
+    warmup_s: float = 0.0
+    backend_s: dict[str, float] = field(default_factory=dict)
     elapsed_s: float = 0.0
     state: str = "running"
     notes: list[str] = field(default_factory=list)
@@ -160,6 +163,9 @@ class Tuner:
             self.store.write([rec])
             report.records += 1
             report.statuses[rec.status] = report.statuses.get(rec.status, 0) + 1
+            wall = (rec.extra or {}).get("wall_s")
+            if wall:
+                report.backend_s[rec.backend] = report.backend_s.get(rec.backend, 0.0) + float(wall)
             if rec.compile_time_s:
                 name = f"{rec.backend}/{rec.tactic}"
                 report.compile_s[name] = max(report.compile_s.get(name, 0.0), rec.compile_time_s)
@@ -217,6 +223,7 @@ class Tuner:
             if self.opts.warmup and self.device == "cuda":
                 from hwtune.tuner.warmup import warm_up
 
+                warm_started = time.monotonic()
                 report.compile_s.update(
                     warm_up(
                         self.plan,
@@ -226,6 +233,7 @@ class Tuner:
                         progress=self.progress,
                     )
                 )
+                report.warmup_s = time.monotonic() - warm_started
             self._work(queue_id, run_id, report, started)
             if report.state == "running":
                 report.state = "done"

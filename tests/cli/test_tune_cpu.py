@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -42,6 +43,10 @@ def test_tune_without_a_gpu_says_so_and_says_where_and_what_next(tmp_path: Path,
     lines = res.output.splitlines()
     assert lines[0] == "no CUDA GPU: measuring CPU backends; use --device to plan for a GPU (with --dry-run)"
     assert f"stored in sqlite:///{db}" in res.output
+    assert any(
+        re.fullmatch(r"time \(s\): warm-up \(JIT\) 0; measuring, compilation included, TORCH_SDPA \d+", x)
+        for x in lines
+    )
     command = next(line for line in lines if line.startswith("select from it: ")).removeprefix("select from it: ")
     assert command.startswith(
         "hwtune select attention --num-heads 4 --num-kv-heads 2 --head-size 32 --dtype float32 --kv-layout NHD"

@@ -59,6 +59,9 @@ def test_tune_stores_every_result_and_refuses_a_silent_rerun(tmp_path: Path, pla
         assert report.state == "done" and report.items_done == 6 and report.statuses == {"ok": 6}
         recs = store.measurements(run_id=report.run_id)
         assert len(recs) == 6 and all(r.extra["plan_id"] == report.plan_id for r in recs)
+        walls = [r.extra["wall_s"] for r in recs]  # each job's wall time, kept with its record
+        assert all(w > 0 for w in walls) and list(report.backend_s) == ["TORCH_SDPA"]
+        assert report.backend_s["TORCH_SDPA"] == pytest.approx(sum(walls)) and sum(walls) <= report.elapsed_s
         with pytest.raises(InvalidSpecError, match="--resume"):
             Tuner(plan, store, opts(), profile=CPU_PROFILE).run()
         again = Tuner(plan, store, opts(resume=True), profile=CPU_PROFILE).run()

@@ -8,6 +8,7 @@ worker (``WorkerPool``); the parent never runs a candidate kernel itself.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Callable, Iterable, Sequence
 
 from hwtune.core import catalogue
@@ -114,6 +115,7 @@ def measure_attention(
     records: list[MeasurementRecord] = []
     try:
         for c in planned:
+            started = time.monotonic()
             if not c.runnable:
                 result = {"status": "unsupported", "message": " ".join(c.reasons)}
             else:
@@ -127,7 +129,8 @@ def measure_attention(
                     "candidate": (candidate_override or {}).get(c.backend),
                 }
                 result = pool.run(job, timeout_s)
-            rec = to_record("attention", workload, c.backend, c.tactic, result, env=env, run_id=run_id)
+            wall = {"wall_s": round(time.monotonic() - started, 3)} if c.runnable else None
+            rec = to_record("attention", workload, c.backend, c.tactic, result, env=env, run_id=run_id, extra=wall)
             records.append(rec)
             if on_record is not None:
                 on_record(rec)
