@@ -6,7 +6,8 @@ across a process group are measured, failed and stored alike.
   floor, and a process that dies is described with ``describe_exit`` and the tail of its stderr.
 - Every outcome becomes a ``MeasurementRecord`` through ``to_record``, stamped with the environment
   fingerprint, whatever its status; an ``ok`` without timing statistics is an internal error, never a result.
-- Only after ``HEALTHY`` outcomes may a worker process be reused.
+- Only after ``HEALTHY`` outcomes, or an ``error`` after which the worker's device still runs a kernel correctly
+  (``attention/worker.py device_works``), may a worker process be reused.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Mapping
 from hwtune.core.environment import Environment
 from hwtune.core.records import LatencyStats, MeasurementRecord
 
-#: Outcomes after which a worker process is still trustworthy (any other: the next job gets a fresh one).
+#: Outcomes after which a worker process is still trustworthy (any other but a survived ``error``: a fresh one).
 HEALTHY = frozenset({"ok", "wrong_answer", "unsupported"})
 
 #: Environment every probe process gets. NVLink multicast (NVLS / NVLink SHARP) stays off: NCCL could pick

@@ -84,6 +84,15 @@ def test_crash_replaces_the_worker_but_healthy_outcomes_keep_it(pool: WorkerPool
     assert pool.started == n + 1
 
 
+def test_an_error_the_device_survives_keeps_the_worker(pool: WorkerPool) -> None:
+    measure(pool, "Good")
+    n = pool.started
+    rec = measure(pool, "Raise")  # a Python exception in the candidate: its device still works afterwards
+    assert rec.status == "error" and "kernel exploded" in rec.message
+    assert "device_works" not in rec.extra  # the pool's business, not the record's
+    assert measure(pool, "Good").status == "ok" and pool.started == n
+
+
 @pytest.mark.gpu
 def test_real_out_of_bounds_kernel_then_next_candidate_is_correct() -> None:
     spec = AttentionSpec(8, 2, 64)

@@ -7,7 +7,10 @@ print to stdout, so stdout and stderr go to a log file whose tail is kept as evi
 - no result within the limit: ``timeout`` (the whole process group is killed);
 - the worker dies, exits, or closes the pipe without a result: ``crashed``, with the signal or exit code
   and the last stderr lines;
-- anything but ok / wrong_answer / unsupported: the worker is discarded, the next job gets a fresh one.
+- an ``error`` the worker survived with its device still working (a Python exception: out of GPU memory, a
+  compiler's refusal; ``device_works`` runs a small kernel and synchronizes) keeps it: starting a fresh one costs
+  about 10 s on a GPU (imports, CUDA context, loading compiled kernels) and drops the compiler's state;
+- anything else but ok / wrong_answer / unsupported: the worker is discarded, the next job gets a fresh one.
 Results are JSON; nothing is unpickled.
 """
 
@@ -106,7 +109,8 @@ class WorkerPool:
         except BrokenPipeError:
             pass  # died between jobs; the read below reports it
         result = self._read(timeout_s, log_start)
-        if result.get("status") not in HEALTHY:
+        survived = result.pop("device_works", False) and result.get("status") == "error"
+        if result.get("status") not in HEALTHY and not survived:
             self._kill()
         return result
 
@@ -159,8 +163,29 @@ def _serve(result_fd: int) -> None:
             tb = traceback.format_exc(limit=6)
             print(tb, file=sys.stderr, flush=True)
             result = {"status": "error", "message": f"{type(exc).__name__}: {str(exc).strip()[:2000]}"}
+        if result.get("status") == "error":
+            result["device_works"] = device_works(job.get("device", "cuda"))
         out.write(json.dumps(result, default=float) + "\n")
         out.flush()
+
+
+def device_works(device: str) -> bool:
+    """Whether this worker's device still runs a kernel correctly after a failed job (a CUDA error such as an illegal
+    memory access is sticky: every later call fails). Frees what the failed job left cached first."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if device != "cuda":
+        return True
+    try:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        x = torch.ones(1024, device="cuda")
+        return float((x + 1).sum()) == 2048.0
+    except Exception:  # the context is poisoned: the worker must go
+        return False
 
 
 def main(argv: list[str] | None = None) -> None:
