@@ -8,8 +8,9 @@
 #
 # Every argument goes to `hwtune tune`. Environment: DB (default $OUT/h100.db), LIMIT seconds for the tune
 # (default 480; it is then interrupted with SIGINT and resumes next time with --resume), PRE (a command to
-# run first). The store comes back as $DB, checkpointed (no -wal / -shm files); `hwtune db export FILE --db
-# sqlite:///$DB` turns it into the JSON Lines file kept in benchmarks/results/.
+# run first), EXPORT (default $DB with .jsonl for .db: the store as the JSON Lines file kept in benchmarks/results/,
+# exported here, where the carried packages are on the path). The store comes back as $DB, checkpointed (no -wal /
+# -shm files).
 set -u
 . benchmarks/device/setup.sh || exit 1
 DB="${DB:-$OUT/h100.db}"
@@ -22,3 +23,5 @@ import sqlite3, sys
 c = sqlite3.connect(sys.argv[1]); c.execute("PRAGMA wal_checkpoint(TRUNCATE)"); c.close()
 PY
 rm -f "$DB-wal" "$DB-shm"
+EXPORT="${EXPORT:-${DB%.db}.jsonl}"
+python3 -m hwtune db export "$EXPORT" --db "sqlite:///$DB" 2>&1 | tail -2 || echo "export to $EXPORT failed"
