@@ -24,4 +24,5 @@ c = sqlite3.connect(sys.argv[1]); c.execute("PRAGMA wal_checkpoint(TRUNCATE)"); 
 PY
 rm -f "$DB-wal" "$DB-shm"
 EXPORT="${EXPORT:-${DB%.db}.jsonl}"
-python3 -m hwtune db export "$EXPORT" --db "sqlite:///$DB" 2>&1 | tail -2 || echo "export to $EXPORT failed"
+python3 -m hwtune db export "$EXPORT" --db "sqlite:///$DB" > "$OUT/export.log" 2>&1 || echo "export to $EXPORT failed:"
+tail -2 "$OUT/export.log"

@@ -7,9 +7,11 @@ count and the block table's row stride (pages per request) each select a separat
 For each variant, in a fresh process with an empty Triton cache, the ``tuned`` search (and ``auto``) runs over a
 sequence of Llama-3.1-8B workloads (bf16, page 16, NHD) like a plan's, then the same sequence again:
 
-- ``specialized``: the kernels as they are;
-- ``generic``: the paged-attention and merge kernels re-wrapped with ``do_not_specialize`` for the integer arguments
-  that vary with the workload (batch, split count, block-table and split-scratch strides).
+- ``specialized``: the paged-attention and merge kernels re-wrapped with plain ``triton.jit`` (every integer argument
+  specialised, as before 2026-11-27);
+- ``generic``: the kernels re-wrapped with ``do_not_specialize`` for ``GENERIC_ATTN`` / ``GENERIC_MERGE``, the lists
+  of the run of 2026-11-27 (hwtune's kernels now leave ``kernels._common.WORKLOAD_INTS`` unspecialised, a subset:
+  the split scratch's head and element strides, fixed per spec, stay specialised).
 
 Printed per workload: the wall time of the search, the chosen config and its searched median (us), so that both the
 time saved and any kernel slowdown from losing the specialisation show.
@@ -37,15 +39,16 @@ GENERIC_ATTN = ["batch", "num_splits", "stride_bt", "stride_ps", "stride_pt", "s
 GENERIC_MERGE = ["batch", "num_splits", "stride_ps", "stride_pt", "stride_ph", "stride_ot", "stride_lt"]
 
 
-def _make_generic() -> None:
+def _rewrap(attn: list[str], merge: list[str]) -> None:
+    """Replace the paged-attention and merge kernels by JIT functions that leave ``attn`` / ``merge`` unspecialised."""
     import triton
 
     from hwtune.kernels import _common, triton_attention
 
     k = triton_attention._paged_attn_kernel
-    triton_attention._paged_attn_kernel = triton.jit(do_not_specialize=GENERIC_ATTN)(k.fn)
+    triton_attention._paged_attn_kernel = triton.jit(do_not_specialize=attn)(k.fn)
     m = _common._merge_kernel
-    _common._merge_kernel = triton.jit(do_not_specialize=GENERIC_MERGE)(m.fn)
+    _common._merge_kernel = triton.jit(do_not_specialize=merge)(m.fn)
 
 
 def child(variant: str) -> None:
@@ -56,7 +59,9 @@ def child(variant: str) -> None:
     from hwtune.probes.attention.problem import build_problem
 
     if variant == "generic":
-        _make_generic()
+        _rewrap(GENERIC_ATTN, GENERIC_MERGE)
+    else:
+        _rewrap([], [])
     spec = AttentionSpec(32, 8, 128, dtype="bfloat16", block_size=16, kv_layout="NHD")
     again = DECODE[:4] + PREFILL[:2]  # the second sweep: what a later workload of a seen class pays
     for sweep, shapes in ((1, DECODE + PREFILL), (2, again)):

@@ -296,14 +296,15 @@ def _fail_measured_nothing(records: list[MeasurementRecord], profile: DeviceProf
 
 
 def _jit_hint(report: TuneReport) -> list[str]:
-    from hwtune.core.packages import installed_version
+    from hwtune.core.packages import installed_version, torch_cuda_version
     from hwtune.tuner.report import jit_cache_hint
 
-    if not report.compile_s:
-        return []
-    import torch
-
-    hint = jit_cache_hint(report.compile_s, installed_version("flashinfer-jit-cache") is not None, torch.version.cuda)
+    hint = jit_cache_hint(
+        report.compile_s,
+        installed_version("flashinfer-python"),
+        installed_version("flashinfer-jit-cache") is not None,
+        torch_cuda_version(),
+    )
     return [hint] if hint else []
 
 

@@ -34,12 +34,13 @@ from hwtune.kernels.configs import (
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
-#: Integer kernel arguments that change with the workload (batch, split count, block-table and split-scratch
-#: strides) and that Triton would otherwise specialise on (``== 1``, divisible by 16), compiling every config once
-#: per combination. Left generic, a config compiles once per constexpr set and serves every later workload: on an
-#: H100 (2026-11-27) the ``tuned`` search took 0.4-2.4 s per decode workload instead of 1-24 s, with the same kernel
-#: times (within 1 %; ``benchmarks/experiments/triton_specialization.py``).
-WORKLOAD_INTS = ["batch", "num_splits", "n_qt", "n_ht", "stride_bt", "stride_ps", "stride_pt", "stride_ph"]
+#: Integer kernel arguments that change with the workload (batch, split count, query tiles, the block table's row
+#: stride and the split scratch's per-split stride) and that Triton would otherwise specialise on (``== 1``, divisible
+#: by 16), compiling every config once per combination. Left generic, a config compiles once per constexpr set and
+#: serves every later workload: on an H100 (2026-11-27) the ``tuned`` search of the paged-attention kernel took 0.4-2.4
+#: s per decode workload instead of 1-24 s, the chosen configs within 2 % of the specialised kernels' times
+#: (``benchmarks/experiments/triton_specialization.py``; the MLA kernel's times were not compared).
+WORKLOAD_INTS = ["batch", "num_splits", "n_qt", "stride_bt", "stride_ps"]
 
 
 def jit_workload_generic(fn):  # noqa: ANN001, ANN201 - a kernel function in, a Triton JIT function out

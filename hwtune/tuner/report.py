@@ -86,14 +86,19 @@ def winners(records: Iterable[MeasurementRecord]) -> list[Winner]:
 JIT_HINT_S = 60.0
 
 
-def jit_cache_hint(compile_s: dict[str, float], jit_cache_installed: bool, cuda: str | None) -> str | None:
+def jit_cache_hint(
+    compile_s: dict[str, float], flashinfer: str | None, jit_cache_installed: bool, cuda: str | None
+) -> str | None:
     """A note for a run whose FlashInfer kernels compiled on first use for long, where FlashInfer's prebuilt kernel
-    cache (``flashinfer-jit-cache``, from FlashInfer's own package index per CUDA version) is not installed."""
+    cache (``flashinfer-jit-cache``, the same version as ``flashinfer-python``, from FlashInfer's own package index per
+    CUDA version) is not installed. The seconds are summed over kernels the warm-up compiles in parallel: wall time
+    was shorter."""
     spent = sum(v for k, v in compile_s.items() if k.startswith("FLASHINFER/"))
-    if jit_cache_installed or spent < JIT_HINT_S:
+    if jit_cache_installed or spent < JIT_HINT_S or not flashinfer:
         return None
     index = f"https://flashinfer.ai/whl/cu{cuda.replace('.', '')}" if cuda else "https://flashinfer.ai/whl/cuXYZ"
     return (
-        f"FlashInfer compiled its kernels on first use (up to {spent:.0f} s, counted above; cached on this machine "
-        f"for later runs): to skip it on a new node, pip install flashinfer-jit-cache --index-url {index}"
+        f"FlashInfer compiled its kernels on first use ({spent:.0f} s summed over kernels compiled in parallel; cached "
+        f"on this machine for later runs): to skip it on a new node, pip install flashinfer-jit-cache=={flashinfer} "
+        f"--index-url {index}"
     )

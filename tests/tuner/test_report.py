@@ -116,7 +116,8 @@ def test_a_long_flashinfer_jit_says_how_to_skip_it_next_time() -> None:
     from hwtune.tuner.report import jit_cache_hint
 
     long = {"FLASHINFER/fa3": 114.0, "FLASHINFER/fa2": 27.0, "HWTUNE_TRITON_ATTN/tuned": 48.0}
-    hint = jit_cache_hint(long, jit_cache_installed=False, cuda="13.0")
-    assert hint and "141 s" in hint and "--index-url https://flashinfer.ai/whl/cu130" in hint
-    assert jit_cache_hint(long, jit_cache_installed=True, cuda="13.0") is None
-    assert jit_cache_hint({"FLASHINFER/xqa": 20.0, "HWTUNE_TRITON_ATTN/tuned": 90.0}, False, "13.0") is None
+    hint = jit_cache_hint(long, "0.6.18.post1", jit_cache_installed=False, cuda="13.0")
+    assert hint and "141 s" in hint
+    assert "flashinfer-jit-cache==0.6.18.post1 --index-url https://flashinfer.ai/whl/cu130" in hint
+    assert jit_cache_hint(long, "0.6.18.post1", jit_cache_installed=True, cuda="13.0") is None
+    assert jit_cache_hint({"FLASHINFER/xqa": 20.0, "HWTUNE_TRITON_ATTN/tuned": 90.0}, "0.6.18", False, "13.0") is None

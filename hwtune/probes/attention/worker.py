@@ -171,7 +171,8 @@ def _serve(result_fd: int) -> None:
 
 def device_works(device: str) -> bool:
     """Whether this worker's device still runs a kernel correctly after a failed job (a CUDA error such as an illegal
-    memory access is sticky: every later call fails). Frees what the failed job left cached first."""
+    memory access is sticky: every later call fails), on the default stream with no capture left open (a job that
+    failed inside a CUDA-graph capture can leave the capture's side stream current). Frees what the job left cached."""
     import gc
 
     import torch
@@ -180,6 +181,8 @@ def device_works(device: str) -> bool:
     if device != "cuda":
         return True
     try:
+        if torch.cuda.is_current_stream_capturing() or torch.cuda.current_stream() != torch.cuda.default_stream():
+            return False
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         x = torch.ones(1024, device="cuda")

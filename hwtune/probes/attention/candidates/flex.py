@@ -27,18 +27,22 @@ from hwtune.probes.attention.problem import AttentionProblem
 
 _COMPILED: dict[bool, object] = {}
 
-#: Query x KV-slot pairs up to which the block mask is built eagerly: the mask function then runs over the whole grid
-#: (int32 intermediates of this many elements, a few GB at the limit); beyond it torch.compile fuses it away.
+#: Query x KV-slot pairs (each padded to flex's 128-wide blocks) up to which the block mask is built eagerly: the mask
+#: function then runs over the whole grid, with intermediates of about 12 bytes per pair (up to some 12 GB at the
+#: limit); beyond it torch.compile fuses them away.
 EAGER_MASK_ELEMENTS = 1 << 30
+_FLEX_BLOCK = 128
 
 
 def compile_mask(device_type: str, num_queries: int, kv_slots: int) -> bool:
     """Whether ``create_block_mask`` should compile the mask function. Compiled, it recompiled at nearly every new
     workload of a tune (guards on the query and KV lengths and on 0/1 sizes): on an H100 (2026-11-27,
-    benchmarks/experiments/flex_mask.py) 5-8 s of a workload's 5-14 s of FLEX compilation; eager it took 0.02-0.1 s
-    for every Llama-3.1-8B plan shape up to batch 256 x 8192 tokens (0.5 G pairs), with the same peak memory. On the
-    CPU it is always built eagerly."""
-    return device_type == "cuda" and num_queries * kv_slots > EAGER_MASK_ELEMENTS
+    benchmarks/experiments/flex_mask.py) 5-8 s of a workload's 5-14 s of FLEX compilation. Eager it took 0.02-0.1 s
+    at every Llama-3.1-8B plan shape after the first (7 s with the process's CUDA start-up), up to batch 256 x 8192
+    tokens (0.54 G padded pairs), with no higher peak memory than compiled at decode shapes and 747 against 163 MiB
+    at an 8192-token prefill. On the CPU it is always built eagerly."""
+    pad = lambda n: -(-n // _FLEX_BLOCK) * _FLEX_BLOCK  # noqa: E731 - one line
+    return device_type == "cuda" and pad(num_queries) * pad(kv_slots) > EAGER_MASK_ELEMENTS
 
 
 def _flex(dynamic: bool):  # noqa: ANN202 - the compiled callable
