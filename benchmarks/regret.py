@@ -4,7 +4,8 @@ Per model (``--model CONFIG[:TP]``, repeatable; default Llama-3.1-8B at TP 1), i
 1. ``quick``: time `hwtune tune --quick` on the model (first, on a fresh machine, so JIT counts).
 2. ``default``: tune the model's default plan into train.db (``--backends``, default FLASHINFER and
    HWTUNE_TRITON_ATTN:auto, for MLA FLASHINFER_FA_MLA and HWTUNE_TRITON_MLA:auto; ``all`` for every valid backend)
-   in one KV layout (``--kv-layout``, default NHD).
+   in one KV layout (``--kv-layout``, default NHD) and one KV-cache dtype (``--kv-cache-dtype``, default auto: the
+   model's; ``fp8`` scores an fp8 cache, into ``OUT/<model>-tp<TP>-kvfp8_e4m3/``).
 3. ``oracle``: measure >= 30 other workloads (decode batch x context, prefill chunk x cached prefix, between
    and beyond the plan's points) exhaustively with the same candidates into oracle.db.
 4. Regret of each policy = latency of its (backend, tactic) / the oracle's best, per oracle workload:
@@ -35,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hwtune.core.model_config import attention_spec, load_model_config  # noqa: E402
-from hwtune.core.types import AttentionWorkload  # noqa: E402
+from hwtune.core.types import AttentionWorkload, normalize_kv_cache_dtype  # noqa: E402
 from hwtune.tuner.plan import Plan, PlanItem, plan_from_model  # noqa: E402
 
 MODEL = Path(__file__).resolve().parents[1] / "tests" / "data" / "models" / "llama-3.1-8b.json"
@@ -259,7 +260,8 @@ def _models(args: argparse.Namespace) -> list[tuple[Path, int, Path]]:
     for entry in args.model or [str(MODEL)]:
         path, _, tp = entry.partition(":")
         cfg = Path(path)
-        out.append((cfg, int(tp or 1), args.out / f"{cfg.stem}-tp{tp or 1}"))
+        kv = "" if args.kv_cache_dtype == "auto" else f"-kv{normalize_kv_cache_dtype(args.kv_cache_dtype)}"
+        out.append((cfg, int(tp or 1), args.out / f"{cfg.stem}-tp{tp or 1}{kv}"))
     return out
 
 
@@ -281,7 +283,7 @@ def measure_model(cfg: Path, tp: int, out: Path, steps: set[str], args: argparse
     mla = attention_spec(load_model_config(cfg), tp).use_mla
     chosen = args.backends or ",".join(MLA_BACKENDS if mla else BACKENDS)
     backends = None if chosen == "all" else tuple(chosen.split(","))
-    overrides = {"kv_layout": args.kv_layout}
+    overrides = {"kv_layout": args.kv_layout, "kv_cache_dtype": args.kv_cache_dtype}
     result["device"] = profile.describe()
     if "quick" in steps:
         quick = plan_from_model(cfg, tp=tp, kinds=["attention"], quick=True, device=profile)
@@ -327,6 +329,7 @@ def main() -> int:
         "--backends", default=None, help="comma-separated, or 'all' (default: FlashInfer and hwtune's Triton kernel)"
     )
     p.add_argument("--kv-layout", default="NHD", help="the layout tuned and scored (NHD, HND or auto)")
+    p.add_argument("--kv-cache-dtype", default="auto", help="the KV-cache dtype tuned and scored (auto, fp8, ...)")
     p.add_argument("--oracle-time-cap", type=float, default=1.0, help="seconds of timing per oracle candidate")
     p.add_argument(
         "--steps",
@@ -344,7 +347,13 @@ def main() -> int:
         out.mkdir(parents=True, exist_ok=True)
         result_file = out / "regret.json"
         result = json.loads(result_file.read_text()) if result_file.exists() else {}
-        result.update(date=time.strftime("%Y-%m-%d"), model=cfg.name, tp=tp, kv_layout=args.kv_layout)
+        result.update(
+            date=time.strftime("%Y-%m-%d"),
+            model=cfg.name,
+            tp=tp,
+            kv_layout=args.kv_layout,
+            kv_cache_dtype=args.kv_cache_dtype,
+        )
         if not args.score_only:
             try:
                 measure_model(cfg, tp, out, steps, args, result)
@@ -356,7 +365,7 @@ def main() -> int:
         if "score" not in steps and not args.score_only:
             continue
         info = load_model_config(cfg)
-        spec = attention_spec(info, tp, kv_layout=args.kv_layout)
+        spec = attention_spec(info, tp, kv_layout=args.kv_layout, kv_cache_dtype=args.kv_cache_dtype)
         if args.as_stored:
             as_stored(out / "train.db")
         result.update(score(out, spec, args.device, info.max_position_embeddings or 131072))
