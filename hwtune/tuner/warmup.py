@@ -7,12 +7,19 @@ reported apart from run time. Variants depend on the spec (dtype, head size, pag
 or length, so a small batch of the same spec compiles the same modules. Backends compiled per shape
 (``Backend.compile_per_shape``: torch.compile specialises on shapes) are left out: their compilation
 belongs to each measurement (recorded there).
+
+A tactic that searches its configs per workload (``Tactic.recompile_s`` set: HWTUNE_TRITON_ATTN and HWTUNE_TRITON_MLA
+``tuned``) compiles its whole space once per set of kernel constexprs, and which set a workload needs depends on its
+length (split-KV or not, KV within L2 or not): 36-40 s each on an H100 (2026-11-27), paid inside the measurement
+loop. Such a tactic is also warmed up at the longest context of each group (decode: per query length; prefill: per
+chunk, on the longest prefix), so those compiles run here in parallel with FlashInfer's JIT instead.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from queue import Empty, Queue
 from typing import Callable
 
 from hwtune.core import catalogue
@@ -35,12 +42,34 @@ def _small(w: AttentionWorkload) -> AttentionWorkload:
     )
 
 
+def _searched(c: Planned) -> bool:
+    """Whether a candidate searches its configs per workload (module docstring)."""
+    record = catalogue.get("attention", c.backend)
+    tactic = record.tactic(c.tactic)
+    return not record.compile_per_shape and tactic is not None and tactic.recompile_s is not None
+
+
+def _longest(w: AttentionWorkload, longest: AttentionWorkload) -> AttentionWorkload:
+    """The small job of ``w``'s group at the group's longest context (decode: batch 2; prefill: one chunk)."""
+    if w.phase == "decode":
+        return replace(w, batch=min(2, longest.batch), context_len=longest.context_len, context_lens=None)
+    return replace(longest, batch=1, context_lens=None)
+
+
 def jobs(
     plan: Plan, profile: DeviceProfile, backends: tuple[str, ...] | None
 ) -> list[tuple[AttentionWorkload, Planned]]:
-    """One small job per (spec, phase, backend, tactic) the plan will run."""
+    """One small job per (spec, phase, backend, tactic) the plan will run, and for a searched tactic one more at its
+    group's longest context (module docstring)."""
     seen: set[tuple] = set()
     out = []
+    longest: dict[tuple, AttentionWorkload] = {}
+    for item in plan.items:
+        w = item.workload
+        if isinstance(w, AttentionWorkload) and w.phase in ("decode", "prefill") and not w.context_lens:
+            group = (w.spec, w.phase, w.query_len)
+            if group not in longest or w.context_len > longest[group].context_len:
+                longest[group] = w
     for item in plan.items:
         w = item.workload
         if not isinstance(w, AttentionWorkload):
@@ -50,6 +79,10 @@ def jobs(
             if c.runnable and not catalogue.get("attention", c.backend).compile_per_shape and key not in seen:
                 seen.add(key)
                 out.append((_small(w), c))
+            group = (w.spec, w.phase, w.query_len)
+            if c.runnable and group in longest and _searched(c) and (group, c.backend, c.tactic) not in seen:
+                seen.add((group, c.backend, c.tactic))
+                out.append((_longest(w, longest[group]), c))
     return out
 
 
@@ -61,33 +94,49 @@ def warm_up(
     parallel: int = 4,
     progress: Callable[[str, int, int, str], None] | None = None,
 ) -> dict[str, float]:
-    """Compile every variant the plan needs; returns the longest compile time per backend/tactic."""
-    todo = jobs(plan, profile, backends)
+    """Compile every variant the plan needs; returns the longest compile time per backend/tactic. ``parallel``
+    worker processes take the jobs from one queue, longest expected compile first (``by_expected_compile``), so that
+    no process is left with several long ones while the others idle."""
+    todo = by_expected_compile(jobs(plan, profile, backends))
     if not todo:
         return {}
     times: dict[str, float] = {}
-    done = 0
+    queue: Queue[tuple[AttentionWorkload, Planned]] = Queue()
+    for job in todo:
+        queue.put(job)
 
-    def run(chunk: list[tuple[AttentionWorkload, Planned]]) -> list[tuple[str, float | None]]:
+    def run() -> list[tuple[str, float | None]]:
         out = []
         with WorkerPool() as pool:
-            for w, c in chunk:
+            while True:
+                try:
+                    w, c = queue.get_nowait()
+                except Empty:
+                    return out
                 [rec] = measure_attention(
                     w, [c], device="cuda", profile=profile, timing=_TINY, timeout_s=900, pool=pool
                 )
                 out.append((f"{c.backend}/{c.tactic}", rec.compile_time_s))
-        return out
 
     n = max(1, min(parallel, len(todo)))
-    chunks = [todo[i::n] for i in range(n)]
     if progress:
         progress("warmup", 0, len(todo), f"compiling {len(todo)} kernel variants in {n} processes")
     with ThreadPoolExecutor(max_workers=n) as ex:
-        for result in ex.map(run, chunks):
-            for name, seconds in result:
-                done += 1
-                if seconds is not None:
-                    times[name] = max(times.get(name, 0.0), seconds)
+        results = [f.result() for f in [ex.submit(run) for _ in range(n)]]
+    for name, seconds in (r for result in results for r in result):
+        if seconds is not None:
+            times[name] = max(times.get(name, 0.0), seconds)
     if progress:
-        progress("warmup", done, len(todo), "kernels compiled")
+        progress("warmup", len(todo), len(todo), "kernels compiled")
     return times
+
+
+def by_expected_compile(todo: list[tuple[AttentionWorkload, Planned]]) -> list[tuple[AttentionWorkload, Planned]]:
+    """Jobs longest expected first-use compile first (``Tactic.compile_s`` from the catalogue; unstated: 5 s), in
+    their planned order among equals."""
+
+    def expected(job: tuple[AttentionWorkload, Planned]) -> float:
+        tactic = catalogue.get("attention", job[1].backend).tactic(job[1].tactic)
+        return tactic.compile_s if tactic is not None and tactic.compile_s is not None else 5.0
+
+    return sorted(todo, key=lambda job: -expected(job))

@@ -1,0 +1,57 @@
+"""The JIT warm-up's jobs (no GPU: which (workload, candidate) pairs it would compile)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import hwtune.tuner.warmup as warmup
+from hwtune.core.devices import simulated
+from hwtune.probes.attention.measure import Planned
+from hwtune.tuner.plan import plan_from_model
+
+MODEL = "tests/data/models/llama-3.1-8b.json"
+CANDIDATES = [
+    Planned("FLASHINFER", "fa2"),
+    Planned("HWTUNE_TRITON_ATTN", "auto"),
+    Planned("HWTUNE_TRITON_ATTN", "tuned"),
+    Planned("FLEX_ATTENTION", "compiled"),
+]
+
+
+def test_searched_tactics_are_also_warmed_up_at_each_groups_longest_context(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(warmup, "plan_candidates", lambda w, profile, backends: CANDIDATES)
+    profile = simulated("h100")
+    plan = plan_from_model(MODEL, tp=1, kinds=["attention"], device=profile, attention_overrides={"kv_layout": "NHD"})
+    todo = warmup.jobs(plan, profile, None)
+    per = Counter((c.backend, c.tactic) for _, c in todo)
+    assert per[("FLEX_ATTENTION", "compiled")] == 0  # compiled per shape: inside each measurement
+    groups = {(w.phase, w.query_len) for w in (i.workload for i in plan.items) if w.phase in ("decode", "prefill")}
+    assert per[("HWTUNE_TRITON_ATTN", "tuned")] == per[("HWTUNE_TRITON_ATTN", "auto")] + len(groups)
+    tuned = [w for w, c in todo if c.tactic == "tuned"]
+    longest_decode = max(i.workload.context_len for i in plan.items if i.workload.phase == "decode")
+    assert any(w.phase == "decode" and w.batch <= 2 and w.context_len == longest_decode for w in tuned)
+    for chunk in {q for phase, q in groups if phase == "prefill"}:
+        longest = max(
+            i.workload.context_len
+            for i in plan.items
+            if i.workload.phase == "prefill" and i.workload.query_len == chunk
+        )
+        assert any(w.phase == "prefill" and w.query_len == chunk and w.context_len == longest for w in tuned)
+    assert all(w.context_len <= 4 * 16 or w.phase != "decode" for w, c in todo if c.tactic == "auto")
+
+
+def test_the_longest_expected_compiles_start_first() -> None:
+    from hwtune.core import catalogue
+    from hwtune.core.types import AttentionSpec, AttentionWorkload
+
+    w = AttentionWorkload(AttentionSpec(32, 8, 128), "decode", batch=2, context_len=64)
+    todo = [(w, c) for c in CANDIDATES] + [(w, Planned("HWTUNE_TRITON_ATTN", "tuned"))]
+    order = warmup.by_expected_compile(todo)
+
+    def expected(c: Planned) -> float:
+        return catalogue.get("attention", c.backend).tactic(c.tactic).compile_s or 5.0
+
+    seconds = [expected(c) for _, c in order]
+    assert seconds == sorted(seconds, reverse=True) and len(order) == len(todo)
+    tuned = [i for i, (_, c) in enumerate(order) if c.tactic == "tuned"]
+    assert tuned == [tuned[0], tuned[0] + 1]  # equals keep their planned order, next to each other
