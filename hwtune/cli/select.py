@@ -15,7 +15,7 @@ from hwtune.cli.common import AssumeInstalledOpt, Choices, DeviceOpt, JsonOpt, c
 from hwtune.core.catalogue.engines import DEFAULT_ENGINE, ENGINES, NO_ENGINE
 from hwtune.core.errors import InvalidSpecError
 from hwtune.core.model_config import all2all_spec, load_model_config
-from hwtune.core.types import All2AllSpec
+from hwtune.core.types import All2AllSpec, AttentionSpec
 from hwtune.selector.api import select_all2all, select_attention
 from hwtune.selector.selection import Selection
 
@@ -138,6 +138,17 @@ def _print_text(selection: Selection, per_phase: bool, all2all: Selection | None
     print(selection.backend)
 
 
+def _layer_kinds(model: Optional[Path], spec: AttentionSpec) -> dict[str, int]:
+    """A --model whose config mixes windowed and full-attention layers (``layer_types``): their counts, so that one
+    backend is ranked over every layer (selector/layer_kinds.py); nothing for any other model or spec."""
+    if model is None or not spec.sliding_window:
+        return {}
+    info = load_model_config(model)
+    if not info.full_attention_layers or not info.num_layers or spec.sliding_window != info.sliding_window:
+        return {}
+    return {"full_attention_layers": info.full_attention_layers, "num_layers": info.num_layers}
+
+
 @app.command("attention")
 @guarded
 def attention(
@@ -224,6 +235,7 @@ def attention(
             profile=profile,
             engine=engine,
             engine_version=engine_version,
+            **_layer_kinds(model, spec),
         ),
         json_out,
         explain,

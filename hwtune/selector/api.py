@@ -34,6 +34,7 @@ from hwtune.selector.engine_select import (
     requested_name,
     static_ranking,
 )
+from hwtune.selector.layer_kinds import check_layers, combine, layer_specs
 from hwtune.selector.layouts import over_layouts
 from hwtune.selector.lifted import Tested, lift, tested_here
 from hwtune.selector.messages import ENV_VARS, engine_not_valid_message, no_valid_message, not_valid_message
@@ -369,10 +370,14 @@ def _cached(
     max_model_len: int,
     profile: str,
     target: EngineTarget | None = None,
+    layers: tuple[int, int] | None = None,
 ) -> Selection:
     def one(s: Spec) -> Selection:
         args = (requested, how, assume_installed, db, max_num_seqs, max_model_len, profile, target)
-        return _select(kind, s, device, *args)
+        if layers is None or not isinstance(s, AttentionSpec):
+            return _select(kind, s, device, *args)
+        kinds = layer_specs(s, *layers)  # every kind of layer, one backend for all (selector/layer_kinds.py)
+        return combine([(_select(kind, k, device, *args), n, name) for k, n, name in kinds])
 
     def laid_out(s: Spec) -> Selection:
         if isinstance(s, AttentionSpec) and s.kv_layout == "auto" and db is not False:
@@ -406,6 +411,8 @@ def select_attention(
     distributed: bool = True,
     group: Any = None,
     on_disagreement: str = "use_rank0",
+    full_attention_layers: int | None = None,
+    num_layers: int | None = None,
 ) -> Selection:
     """Rank the valid attention backends for ``spec`` on ``device`` for the engine that will run them.
 
@@ -425,16 +432,22 @@ def select_attention(
     rank must call it, and every rank returns the same choice: rank 0's when the ranks differ
     (``on_disagreement="use_rank0"``, noted in the Selection), or ``RanksDisagreeError`` on every rank
     (``"raise"``); ``distributed=False`` opts out. See ``hwtune.selector.ranks``.
+
+    A model whose layers mix sliding-window and full attention (gpt-oss: the config's ``layer_types``) gives
+    ``spec`` for its windowed layers and ``full_attention_layers`` of ``num_layers``: one backend is then ranked by
+    its cost over every layer (``hwtune.selector.layer_kinds``; ``load_model_config`` reads both counts).
     """
 
     def local() -> Selection:
         if not isinstance(spec, AttentionSpec):
             raise TypeError("select_attention needs an AttentionSpec")
+        check_layers(spec, full_attention_layers, num_layers)  # exit 2 for counts that do not describe a mix
         requested, how = _requested("attention", backend)
         target = resolve_target(engine or "none", engine_version)  # unknown engine or version: exit 2
         dev = resolve_device(device)
         args = (requested, how, assume_installed, db, max_num_seqs, max_model_len, profile, target)
-        return _cached("attention", spec, dev, *args)
+        layers = (full_attention_layers, num_layers) if full_attention_layers and num_layers else None
+        return _cached("attention", spec, dev, *args, layers)
 
     return agree(local, distributed=distributed, group=group, on_disagreement=on_disagreement)
 

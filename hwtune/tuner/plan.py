@@ -293,11 +293,17 @@ def plan_from_model(
         items += attention_items(
             spec, max_num_seqs=max_num_seqs, max_model_len=mml, quick=quick, device=device, notes=notes
         )
-        if spec.sliding_window and info.full_attention_layers:
+        if spec.sliding_window and info.full_attention_layers and info.sliding_window == spec.sliding_window:
+            more: list[str] = []
+            items += attention_items(
+                replace(spec, sliding_window=None), max_num_seqs=max_num_seqs, max_model_len=mml, quick=quick,
+                device=device, notes=more,
+            )  # fmt: skip
+            notes += [n for n in more if n not in notes]
             notes.append(
                 f"{info.full_attention_layers} of {info.num_layers} layers attend the whole context (the config's "
-                f"layer_types) and the others a {spec.sliding_window}-token window: this plan measures the windowed "
-                "layers only, so the ranking leaves out what the full-attention layers cost"
+                f"layer_types) and the others a {spec.sliding_window}-token window: this plan measures both kinds, "
+                "and selection ranks one backend over every layer (selector/layer_kinds.py)"
             )
     if "all2all" in kinds:
         if not info.is_moe:

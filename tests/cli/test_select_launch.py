@@ -49,3 +49,18 @@ def test_engine_is_a_choice_listed_in_help() -> None:
     assert res.exit_code == 2 and "unknown engine 'vlm'" in res.stderr
     wide = runner.invoke(app, ["select", "attention", "--help"], env={"COLUMNS": "200"}).stdout
     assert "<vllm|sglang|none|hwtune>" in wide
+
+
+def test_a_model_mixing_windowed_and_full_attention_layers_is_ranked_over_both() -> None:
+    gpt_oss = run(
+        "select", "attention", "--model", "tests/data/models/gpt-oss-120b.json", "--tp", "8", "--device", "h100",
+        "--assume-installed", "--db", "sqlite:////nonexistent/none.db", "--json",
+    )  # fmt: skip
+    assert gpt_oss.exit_code == 0, gpt_oss.output
+    notes = json.loads(gpt_oss.stdout)["notes"]
+    assert any("ranked over every layer (18 windowed, 18 full-attention)" in n for n in notes), notes
+    llama = run(
+        "select", "attention", "--model", "tests/data/models/llama-3.1-8b.json", "--device", "h100", "--json",
+        "--db", "sqlite:////nonexistent/none.db",
+    )  # fmt: skip
+    assert llama.exit_code == 0 and not any("every layer" in n for n in json.loads(llama.stdout)["notes"])

@@ -1,6 +1,7 @@
 """Plans from model configs, TOML files and defaults; refinement ordering."""
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -322,3 +323,13 @@ def test_a_plan_says_it_leaves_out_the_full_attention_layers_of_a_mixed_model() 
     assert any("18 of 36 layers attend the whole context" in n for n in notes), notes
     llama = plan_from_model(MODELS / "llama-3.1-8b.json", kinds=("attention",), device=simulated("h100")).notes
     assert not any("whole context" in n for n in llama)
+
+
+def test_a_model_mixing_windowed_and_full_attention_layers_measures_both_kinds() -> None:
+    plan = plan_from_model(MODELS / "gpt-oss-120b.json", tp=8, kinds=["attention"], device=simulated("h100"))
+    windows = Counter(i.workload.spec.sliding_window for i in plan.items)
+    assert set(windows) == {128, None} and windows[128] == windows[None]
+    assert sum("measures both kinds" in n for n in plan.notes) == 1
+    assert len(plan.notes) == len(set(plan.notes))
+    llama = plan_from_model(MODELS / "llama-3.1-8b.json", kinds=["attention"], device=simulated("h100"))
+    assert {i.workload.spec.sliding_window for i in llama.items} == {None}

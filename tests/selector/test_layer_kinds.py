@@ -1,0 +1,101 @@
+"""A model whose layers mix sliding-window and full attention (gpt-oss) is served by one backend: it is ranked by its
+cost over every layer, each kind measured under its own spec (selector/layer_kinds.py)."""
+
+import dataclasses
+
+import pytest
+
+import hwtune
+from hwtune.core.errors import InvalidSpecError
+from hwtune.core.types import AttentionSpec
+from hwtune.db.store import Store
+from hwtune.selector.api import _cached
+from tests.selector.test_layouts import spec_records
+
+WINDOWED = AttentionSpec(64, 8, 64, kv_layout="NHD", block_size=16, sliding_window=128)
+FULL = dataclasses.replace(WINDOWED, sliding_window=None)
+TACTIC = {"FLASHINFER": "fa2-tc", "FLASH_ATTN": "fa3"}
+#: FLASH_ATTN is the faster on the windowed layers, FLASHINFER (by more) on the full-attention ones.
+FACTOR = {("w", "FLASHINFER"): 1.0, ("w", "FLASH_ATTN"): 0.8, ("f", "FLASHINFER"): 1.0, ("f", "FLASH_ATTN"): 1.5}
+
+
+@pytest.fixture()
+def url(tmp_path):
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    with Store.open(url) as s:
+        s.write(spec_records({"w": WINDOWED, "f": FULL}, FACTOR, TACTIC))
+    _cached.cache_clear()
+    yield url
+    _cached.cache_clear()
+
+
+def select(url, **layers):
+    return hwtune.select_attention(WINDOWED, device="h100", assume_installed=True, db=url, **layers)
+
+
+def cost(sel, backend):
+    return next(r.latency_us for r in sel.ranked if r.backend == backend)
+
+
+def test_one_backend_is_ranked_over_every_layer_weighted_by_count(url) -> None:
+    alone = select(url)
+    assert alone.backend == "FLASH_ATTN"  # the windowed layers alone
+    half = select(url, full_attention_layers=18, num_layers=36)
+    assert half.backend == "FLASHINFER"
+    full = hwtune.select_attention(FULL, device="h100", assume_installed=True, db=url)
+    for backend in TACTIC:  # the weighted mean of each kind's own cost
+        assert cost(half, backend) == pytest.approx((cost(alone, backend) + cost(full, backend)) / 2)
+    assert any("18 windowed, 18 full-attention" in n for n in half.notes)
+    assert "per layer (windowed 18 x" in half.explain()
+    few = select(url, full_attention_layers=1, num_layers=36)  # nearly all windowed: the windowed winner
+    assert few.backend == "FLASH_ATTN"
+
+
+@pytest.mark.parametrize(
+    ("layers", "words"),
+    [
+        ({"full_attention_layers": 18}, "together"),
+        ({"full_attention_layers": 36, "num_layers": 36}, "between 1 and num_layers - 1"),
+        ({"full_attention_layers": 0, "num_layers": 36}, "between 1 and num_layers - 1"),
+    ],
+)
+def test_layer_counts_that_describe_no_mix_are_refused(url, layers, words) -> None:
+    with pytest.raises(InvalidSpecError, match=words):
+        select(url, **layers)
+
+
+def test_a_spec_without_a_window_cannot_have_full_attention_layers(url) -> None:
+    with pytest.raises(InvalidSpecError, match="sliding_window"):
+        hwtune.select_attention(FULL, device="h100", db=url, full_attention_layers=18, num_layers=36)
+
+
+def _sel(ranked, rejected=None, per_phase=None):
+    from hwtune.core.devices import simulated
+    from hwtune.selector.selection import RankedBackend, Selection
+
+    entries = tuple(
+        RankedBackend(b, "static" if c is None else "measured", {"decode": "t"}, latency_us=c) for b, c in ranked
+    )
+    return Selection(
+        kind="attention",
+        spec=WINDOWED.to_dict(),
+        device=simulated("h100"),
+        backend=entries[0].backend,
+        tactics={"decode": "t"},
+        ranked=entries,
+        rejected=rejected or {},
+        per_phase=per_phase or {},
+    )
+
+
+def test_a_backend_must_serve_every_kind_and_unmeasured_kinds_leave_it_unranked_by_cost() -> None:
+    from hwtune.selector.layer_kinds import combine
+
+    windowed = _sel([("A", 30.0), ("B", 10.0), ("C", 5.0)], per_phase={"decode": "C", "prefill": "B"})
+    full = _sel([("A", 40.0), ("C", None)], {"B": ("needs what the full layers lack",)}, {"decode": "C"})
+    sel = combine([(windowed, 2, "windowed"), (full, 1, "full-attention")])
+    assert [r.backend for r in sel.ranked] == ["A", "C"] and sel.backend == "A"
+    assert sel.ranked[0].latency_us == pytest.approx((2 * 30.0 + 40.0) / 3)
+    assert sel.ranked[1].source == "static" and sel.ranked[1].latency_us is None  # unmeasured for one kind
+    assert sel.rejected["B"] == ("full-attention layers: needs what the full layers lack",)
+    assert sel.per_phase == {"decode": "C"}  # prefill's winners differ: no routing for it
