@@ -268,13 +268,23 @@ def _shape(text: Mapping[str, Any]) -> tuple[int, int, int, int]:
     return heads, kv, head_dim, hidden
 
 
-def _full_attention_layers(text: Mapping[str, Any]) -> int | None:
-    """How many layers the config's ``layer_types`` marks as full attention, when it mixes them with windowed ones."""
+def _full_attention_layers(text: Mapping[str, Any], model_type: str, num_layers: int | None) -> int | None:
+    """How many layers attend the whole context when the others use the sliding window: as the config's
+    ``layer_types`` marks them (gpt-oss), or for configs that list none, as the model's code places them
+    (transformers: Gemma-2 windows its even layers, ``Gemma2DecoderLayer.is_sliding = not bool(layer_idx % 2)``;
+    Gemma-3 all but every ``sliding_window_pattern``-th, default 6, ``is_sliding = bool((layer_idx + 1) %
+    sliding_window_pattern)``). None when every layer is alike or the config does not tell."""
     kinds = text.get("layer_types")
-    if not isinstance(kinds, list) or not kinds:
+    if isinstance(kinds, list) and kinds:
+        full, total = sum(1 for kind in kinds if kind == "full_attention"), len(kinds)
+    elif model_type == "gemma2" and num_layers:
+        full, total = num_layers // 2, num_layers
+    elif model_type in ("gemma3", "gemma3_text") and num_layers:
+        pattern = _whole(text, ("sliding_window_pattern",), minimum=1) or 6
+        full, total = num_layers // pattern, num_layers
+    else:
         return None
-    full = sum(1 for kind in kinds if kind == "full_attention")
-    return full if 0 < full < len(kinds) else None
+    return full if 0 < full < total else None
 
 
 def parse_model_config(cfg: Mapping[str, Any]) -> ModelInfo:
@@ -289,6 +299,7 @@ def parse_model_config(cfg: Mapping[str, Any]) -> ModelInfo:
     if sliding and max_positions and sliding >= max_positions:  # Phi-3.5: a window over every position masks nothing
         sliding = None
     soft_cap = _number(text, "attn_logit_softcapping")
+    layers = _whole(text, ("num_hidden_layers", "n_layer", "num_layers"))
     experts = _whole(text, _EXPERTS, minimum=0)
     topk = _whole(text, _TOPK, minimum=0)
     quant_method, activation_dtype = _quantization(cfg, text, _dtype(text))
@@ -299,7 +310,7 @@ def parse_model_config(cfg: Mapping[str, Any]) -> ModelInfo:
         head_size=head_dim,
         hidden_size=hidden,
         dtype=_dtype(text),
-        num_layers=_whole(text, ("num_hidden_layers", "n_layer", "num_layers")),
+        num_layers=layers,
         max_position_embeddings=max_positions,
         use_mla=text.get("kv_lora_rank") is not None,
         kv_lora_rank=_whole(text, ("kv_lora_rank",)),
@@ -307,7 +318,7 @@ def parse_model_config(cfg: Mapping[str, Any]) -> ModelInfo:
         qk_nope_head_dim=_whole(text, ("qk_nope_head_dim",)),
         v_head_dim=_whole(text, ("v_head_dim",)),
         sliding_window=sliding or None,
-        full_attention_layers=_full_attention_layers(text) if sliding else None,
+        full_attention_layers=_full_attention_layers(text, model_type, layers) if sliding else None,
         logits_soft_cap=soft_cap or None,
         sinks=model_type in _SINK_MODEL_TYPES,
         num_experts=experts or None,

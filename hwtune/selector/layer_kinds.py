@@ -1,9 +1,10 @@
 """Models whose layers attend differently: sliding-window layers between full-attention ones (gpt-oss, whose config's
-``layer_types`` alternates them; the Gemma family). The engine runs one attention backend for every layer, so the
-backend is ranked by its cost over all of them: each kind of layer is selected alone (its own spec: the model's
-windowed spec, and the same without the window), and a backend's cost is the layer-count-weighted sum of its costs
-over the workload mix. A backend must be valid for every kind; one rejected for a kind is rejected with that kind's
-reasons. ``hwtune tune`` measures both kinds for such a model (``tuner.plan.plan_from_model``).
+``layer_types`` alternates them; Gemma-2 and Gemma-3 by their code). The engine runs one attention backend for every
+layer, so the backend is ranked by its cost over all of them: each kind of layer is selected alone (its own spec: the
+model's windowed spec, and the same without the window), and a backend's cost is the layer-count-weighted sum of its
+costs over the workload mix. A kind nothing was measured for (a store tuned before both kinds were) is left out of
+the costs, and the selection says so. A backend must be valid for every kind; one rejected for a kind is rejected
+with that kind's reasons. ``hwtune tune`` measures both kinds for such a model (``tuner.plan.plan_from_model``).
 """
 
 from __future__ import annotations
@@ -50,10 +51,15 @@ def _entry(sel: Selection, backend: str) -> RankedBackend | None:
     return next((r for r in sel.ranked if r.backend == backend), None)
 
 
+def _measured(sel: Selection) -> bool:
+    return any(r.source != "static" for r in sel.ranked)
+
+
 def _combined(backend: str, parts: Sequence[tuple[Selection, int, str]]) -> RankedBackend:
-    """One backend's rank entry over every kind: cost weighted by layers where every kind measured it; tactics of
-    the kind with the most layers."""
-    entries = [(e, n, name) for sel, n, name in parts if (e := _entry(sel, backend)) is not None]
+    """One backend's rank entry over every kind: cost weighted by layers where every measured kind measured it;
+    tactics of the kind with the most layers."""
+    costed = [p for p in parts if _measured(p[0])] or list(parts)  # a kind nothing was measured for: left out
+    entries = [(e, n, name) for sel, n, name in costed if (e := _entry(sel, backend)) is not None]
     total = sum(n for _, n, _ in entries)
     main = max(entries, key=lambda t: t[1])[0]
     costs = [e.latency_us for e, _, _ in entries]
@@ -92,6 +98,12 @@ def combine(parts: Sequence[tuple[Selection, int, str]]) -> Selection:
     most, _, most_name = max(parts, key=lambda p: p[1])
     layers = ", ".join(f"{n} {name}" for _, n, name in parts)
     notes = [f"ranked over every layer ({layers}): one backend serves them all, its cost weighted by layer count"]
+    unmeasured = [name for sel, _, name in parts if not _measured(sel)]
+    if unmeasured and len(unmeasured) < len(parts):
+        notes.append(
+            f"nothing measured for the {' and '.join(unmeasured)} layers here: ranked by the other layers' costs "
+            "only (`hwtune tune --model` measures every kind)"
+        )
     if agree != dict(first.per_phase):
         notes.append("the layer kinds' per-phase winners differ: no per-phase routing")
     dispatch = most.dispatch if most.backend == chosen.backend else ()

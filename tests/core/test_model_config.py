@@ -43,7 +43,10 @@ def test_model_specific_fields() -> None:
     oss = load_model_config(MODELS / "gpt-oss-120b.json")
     assert oss.sinks and oss.num_experts == 128 and oss.topk == 4
     assert (oss.sliding_window, oss.full_attention_layers, oss.num_layers) == (128, 18, 36)  # layer_types alternate
-    assert gemma2.full_attention_layers is None  # its config lists no layer_types
+    assert (gemma2.full_attention_layers, gemma2.num_layers) == (21, 42)  # no layer_types: Gemma-2's odd layers
+    gemma3 = load_model_config(MODELS / "gemma-3-4b-it.json")  # no layer_types: every 6th layer (the default)
+    assert (gemma3.sliding_window, gemma3.full_attention_layers, gemma3.num_layers) == (1024, 5, 34)
+    assert load_model_config(MODELS / "llama-3.1-8b.json").full_attention_layers is None  # no window at all
     mix = load_model_config(MODELS / "mixtral-8x7b-v0.1.json")
     assert (mix.num_experts, mix.topk) == (8, 2)
     qwen3 = load_model_config(MODELS / "qwen3-30b-a3b.json")

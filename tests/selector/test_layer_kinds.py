@@ -99,3 +99,14 @@ def test_a_backend_must_serve_every_kind_and_unmeasured_kinds_leave_it_unranked_
     assert sel.ranked[1].source == "static" and sel.ranked[1].latency_us is None  # unmeasured for one kind
     assert sel.rejected["B"] == ("full-attention layers: needs what the full layers lack",)
     assert sel.per_phase == {"decode": "C"}  # prefill's winners differ: no routing for it
+
+
+def test_a_kind_nothing_was_measured_for_is_left_out_of_the_costs_and_said(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'old.db'}"  # a store tuned before both kinds were: windowed layers only
+    with Store.open(url) as s:
+        s.write(spec_records({"w": WINDOWED}, FACTOR, TACTIC))
+    _cached.cache_clear()
+    sel = select(url, full_attention_layers=18, num_layers=36)
+    assert sel.backend == "FLASH_ATTN" and sel.ranked[0].source != "static"  # the windowed ranking, not static
+    assert any("nothing measured for the full-attention layers" in n for n in sel.notes), sel.notes
+    _cached.cache_clear()
