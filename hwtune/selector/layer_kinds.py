@@ -97,8 +97,9 @@ def combine(parts: Sequence[tuple[Selection, int, str]]) -> Selection:
     agree = {ph: b for ph, b in first.per_phase.items() if all(sel.per_phase.get(ph) == b for sel, _, _ in parts)}
     most, _, most_name = max(parts, key=lambda p: p[1])
     layers = ", ".join(f"{n} {name}" for _, n, name in parts)
-    notes = [f"ranked over every layer ({layers}): one backend serves them all, its cost weighted by layer count"]
     unmeasured = [name for sel, _, name in parts if not _measured(sel)]
+    how = "its cost weighted by layer count" if len(unmeasured) < len(parts) else "nothing measured for any kind"
+    notes = [f"ranked over every layer ({layers}): one backend serves them all, {how}"]
     if unmeasured and len(unmeasured) < len(parts):
         notes.append(
             f"nothing measured for the {' and '.join(unmeasured)} layers here: ranked by the other layers' costs "
