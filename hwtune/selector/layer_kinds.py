@@ -1,7 +1,7 @@
 """Models whose layers attend differently: sliding-window layers between full-attention ones (gpt-oss, whose config's
 ``layer_types`` alternates them; Gemma-2 and Gemma-3 by their code). The engine runs one attention backend for every
 layer, so the backend is ranked by its cost over all of them: each kind of layer is selected alone (its own spec: the
-model's windowed spec, and the same without the window), and a backend's cost is the layer-count-weighted sum of its
+model's windowed spec, and the same without the window), and a backend's cost is the layer-count-weighted mean of its
 costs over the workload mix. A kind nothing was measured for (a store tuned before both kinds were) is left out of
 the costs, and the selection says so. A backend must be valid for every kind; one rejected for a kind is rejected
 with that kind's reasons. ``hwtune tune`` measures both kinds for such a model (``tuner.plan.plan_from_model``).
@@ -14,6 +14,7 @@ from typing import Sequence
 
 from hwtune.core.errors import InvalidSpecError, NoValidBackendError
 from hwtune.core.types import AttentionSpec
+from hwtune.selector.decision import TIE
 from hwtune.selector.selection import RankedBackend, Selection
 
 WINDOWED, FULL = "windowed", "full-attention"
@@ -69,12 +70,56 @@ def _combined(backend: str, parts: Sequence[tuple[Selection, int, str]]) -> Rank
     source = "measured" if all(e.source == "measured" for e, _, _ in entries) else "interpolated"
     confidence = min((e.confidence for e, _, _ in entries if e.confidence is not None), default=None)
     per_kind = ", ".join(f"{name} {n} x ~{c:.1f} us" for (_, n, name), c in zip(entries, costs))
-    return replace(main, source=source, latency_us=cost, confidence=confidence, detail=f"per layer ({per_kind})")
+    detail = f"per layer ({per_kind})" + (f"; {main.detail}" if main.detail else "")
+    return replace(main, source=source, latency_us=cost, confidence=confidence, detail=detail)
+
+
+def _order(entries: list[RankedBackend], parts: Sequence[tuple[Selection, int, str]]) -> list[RankedBackend]:
+    """Measured backends by combined cost, then the others in the first kind's order. With one kind measured, its own
+    order stands (its decision rules: near-ties broken by the worst point, extrapolations not deciding); with
+    several, a backend within ``TIE`` of the cheapest that the most-weighted measured kind ranks first wins."""
+    measured_parts = [p for p in parts if _measured(p[0])]
+    costed = [e for e in entries if e.latency_us is not None]
+    rest = [e for e in entries if e.latency_us is None]
+    if len(measured_parts) == 1:
+        own = [r.backend for r in measured_parts[0][0].ranked]
+        return sorted(costed, key=lambda e: own.index(e.backend)) + rest
+    costed.sort(key=lambda e: e.latency_us or 0.0)
+    if costed:
+        heaviest = max(measured_parts, key=lambda p: p[1])[0]
+        near = {e.backend for e in costed if (e.latency_us or 0.0) <= TIE * (costed[0].latency_us or 0.0)}
+        first = next((r.backend for r in heaviest.ranked if r.backend in near), costed[0].backend)
+        costed.sort(key=lambda e: e.backend != first)  # stable: the rest keep their cost order
+    return costed + rest
+
+
+def _kind_notes(parts: Sequence[tuple[Selection, int, str]], chosen: str, agreed: bool) -> list[str]:
+    """What a combined selection says: how it was ranked, kinds left unmeasured, lost per-phase routing, and the
+    kinds' own notes (those common to all once; a kind's others only where its own winner is the chosen backend,
+    since they describe that winner)."""
+    layers = ", ".join(f"{n} {name}" for _, n, name in parts)
+    unmeasured = [name for sel, _, name in parts if not _measured(sel)]
+    how = "its cost weighted by layer count" if len(unmeasured) < len(parts) else "nothing measured for any kind"
+    notes = [f"ranked over every layer ({layers}): one backend serves them all, {how}"]
+    if unmeasured and len(unmeasured) < len(parts):
+        notes.append(
+            f"nothing measured for the {' and '.join(unmeasured)} layers here: ranked by the other layers' costs "
+            "only (`hwtune tune --model` measures every kind)"
+        )
+    if not agreed:
+        notes.append("the measured layer kinds' per-phase winners differ: no per-phase routing")
+    first = parts[0][0]
+    common = [n for n in first.notes if all(n in sel.notes for sel, _, _ in parts)]
+    own = [
+        f"{name} layers: {n}" for sel, _, name in parts if sel.backend == chosen for n in sel.notes if n not in common
+    ]
+    return notes + common + own
 
 
 def combine(parts: Sequence[tuple[Selection, int, str]]) -> Selection:
     """One selection for a model of several layer kinds (``parts``: each kind's selection, its layer count and name;
-    the first is the model's own spec), ranked by cost over every layer (module docstring)."""
+    the first is the model's own spec), ranked by cost over every layer (module docstring). ``unmeasured_layers``
+    names the kinds whose costs are missing, so that layouts and block sizes are compared on like costs."""
     first = parts[0][0]
     valid = [r.backend for r in first.ranked if all(_entry(sel, r.backend) for sel, _, _ in parts[1:])]
     rejected = dict(first.rejected)
@@ -87,31 +132,15 @@ def combine(parts: Sequence[tuple[Selection, int, str]]) -> Selection:
             + "; ".join(f"{name} layers: {', '.join(r.backend for r in sel.ranked)}" for sel, _, name in parts),
             {b: list(reasons) for b, reasons in rejected.items()},
         )
-    entries = [_combined(b, parts) for b in valid]
-    measured = sorted((e for e in entries if e.latency_us is not None), key=lambda e: e.latency_us or 0.0)
-    ranked = measured + [e for e in entries if e.latency_us is None]  # unmeasured: in the first kind's order
-    if first.requested:
-        chosen = next(e for e in ranked if e.backend == first.requested)  # each kind's selection checked it
-    else:
-        chosen = ranked[0]
-    agree = {ph: b for ph, b in first.per_phase.items() if all(sel.per_phase.get(ph) == b for sel, _, _ in parts)}
-    most, _, most_name = max(parts, key=lambda p: p[1])
-    layers = ", ".join(f"{n} {name}" for _, n, name in parts)
-    unmeasured = [name for sel, _, name in parts if not _measured(sel)]
-    how = "its cost weighted by layer count" if len(unmeasured) < len(parts) else "nothing measured for any kind"
-    notes = [f"ranked over every layer ({layers}): one backend serves them all, {how}"]
-    if unmeasured and len(unmeasured) < len(parts):
-        notes.append(
-            f"nothing measured for the {' and '.join(unmeasured)} layers here: ranked by the other layers' costs "
-            "only (`hwtune tune --model` measures every kind)"
-        )
-    if agree != dict(first.per_phase):
-        notes.append("the layer kinds' per-phase winners differ: no per-phase routing")
-    dispatch = most.dispatch if most.backend == chosen.backend else ()
-    if dispatch:
-        notes.append(f"tactic_for answers from the {most_name} layers' measurements")
-    common = [n for n in first.notes if all(n in sel.notes for sel, _, _ in parts)]
-    notes += common + [f"{name} layers: {n}" for sel, _, name in parts for n in sel.notes if n not in common]
+    ranked = _order([_combined(b, parts) for b in valid], parts)
+    chosen = next(e for e in ranked if e.backend == first.requested) if first.requested else ranked[0]
+    measured = [sel for sel, _, _ in parts if _measured(sel)] or [first]
+    agree = {ph: b for ph, b in measured[0].per_phase.items() if all(sel.per_phase.get(ph) == b for sel in measured)}
+    own = [(sel, n, name) for sel, n, name in parts if sel.backend == chosen.backend and sel.dispatch]
+    dispatch_from = max(own, key=lambda p: p[1]) if own else None
+    notes = _kind_notes(parts, chosen.backend, agree == dict(measured[0].per_phase))
+    if dispatch_from is not None:
+        notes.append(f"tactic_for answers from the {dispatch_from[2]} layers' measurements")
     return replace(
         first,
         backend=chosen.backend,
@@ -120,5 +149,7 @@ def combine(parts: Sequence[tuple[Selection, int, str]]) -> Selection:
         rejected=rejected,
         notes=tuple(notes),
         per_phase=agree,
-        dispatch=dispatch,
+        dispatch=dispatch_from[0].dispatch if dispatch_from else (),
+        differences=tuple(dict.fromkeys(d for sel, _, _ in parts for d in sel.differences)),
+        unmeasured_layers=tuple(name for sel, _, name in parts if not _measured(sel)),
     )

@@ -33,7 +33,8 @@ def measured_cheapest(
 ) -> tuple[str, Selection, str] | None:
     """The measured cheapest of ``choices`` (label -> spec, each selected alone) over the mix: (its label, its
     selection, "label: backend ~cost us; ..." of every measured choice), or None when none was measured. A choice
-    nothing serves (or not the requested backend) is left out: another may."""
+    nothing serves (or not the requested backend) is left out: another may; so is one whose cost leaves out a layer
+    kind nothing was measured for, where another choice's cost covers every kind."""
     measured: list[tuple[float, str, Selection]] = []
     for label, spec in choices.items():
         try:
@@ -45,6 +46,8 @@ def measured_cheapest(
             measured.append((cost, label, sel))
     if not measured:
         return None
+    complete = [m for m in measured if not m[2].unmeasured_layers]  # costs over every layer kind (layer_kinds.py)
+    measured = complete or measured
     measured.sort(key=lambda m: m[0])
     compared = "; ".join(f"{label}: {sel.backend} ~{cost:.1f} us" for cost, label, sel in measured)
     return measured[0][1], measured[0][2], compared

@@ -73,6 +73,9 @@ class Selection:
     #: hwtune's deliberate differences from that engine version that apply to this spec: backends its selector
     #: accepts and which then fail at start, rejected up front (each sentence names the engine source).
     differences: tuple[str, ...] = ()
+    #: For a model of several layer kinds (``selector/layer_kinds.py``): the kinds nothing was measured for, whose
+    #: cost the ranking leaves out; empty otherwise.
+    unmeasured_layers: tuple[str, ...] = ()
     _table: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -131,6 +134,7 @@ class Selection:
             "dispatch": [vars(e) for e in self.dispatch],
             "engine": dict(self.engine) if self.engine else None,
             "differences": list(self.differences),
+            "unmeasured_layers": list(self.unmeasured_layers),
         }
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -302,8 +302,9 @@ def plan_from_model(
             notes += [n for n in more if n not in notes]
             notes.append(
                 f"{info.full_attention_layers} of {info.num_layers} layers attend the whole context (the config's "
-                f"layer_types, or its model's layer pattern) and the others a {spec.sliding_window}-token window: this plan measures both kinds, "
-                "and selection ranks one backend over every layer (selector/layer_kinds.py)"
+                f"layer_types, or its model's layer pattern) and the others a {spec.sliding_window}-token window: "
+                "this plan measures both kinds, and selection ranks one backend over every layer "
+                "(selector/layer_kinds.py)"
             )
     if "all2all" in kinds:
         if not info.is_moe:

@@ -110,3 +110,47 @@ def test_a_kind_nothing_was_measured_for_is_left_out_of_the_costs_and_said(tmp_p
     assert sel.backend == "FLASH_ATTN" and sel.ranked[0].source != "static"  # the windowed ranking, not static
     assert any("nothing measured for the full-attention layers" in n for n in sel.notes), sel.notes
     _cached.cache_clear()
+
+
+def test_a_single_measured_kinds_own_order_stands_and_near_ties_follow_the_heaviest_kind() -> None:
+    from hwtune.selector.layer_kinds import combine
+
+    # the windowed kind ranked A first although B is 4 % cheaper (its near-tie rule: A's worst point is better)
+    windowed = _sel([("A", 10.4), ("B", 10.0)], per_phase={"decode": "A"})
+    unmeasured = _sel([("B", None), ("A", None)])
+    sel = combine([(windowed, 18, "windowed"), (unmeasured, 18, "full-attention")])
+    assert sel.backend == "A" and sel.unmeasured_layers == ("full-attention",)
+    assert sel.per_phase == {"decode": "A"}  # the unmeasured kind takes no routing away
+    assert not any("per-phase winners differ" in n for n in sel.notes)
+    full = _sel([("A", 20.9), ("B", 21.0)])  # combined: A 15.65, B 15.5 (within 5 %); the heavier kind ranks A first
+    both = combine([(windowed, 10, "windowed"), (full, 26, "full-attention")])
+    assert [r.backend for r in both.ranked] == ["A", "B"] and both.unmeasured_layers == ()
+    far = _sel([("B", 10.0), ("A", 30.0)])  # not a near-tie: cost decides
+    assert combine([(windowed, 10, "windowed"), (far, 26, "full-attention")]).backend == "B"
+
+
+def test_layouts_compare_costs_over_every_layer_kind_before_partial_ones() -> None:
+    from hwtune.selector.layouts import measured_cheapest
+
+    complete = dataclasses.replace(_sel([("A", 50.0)]), unmeasured_layers=())
+    partial = dataclasses.replace(_sel([("B", 20.0)]), unmeasured_layers=("full-attention",))  # cheaper: half the cost
+    label, sel, _ = measured_cheapest(
+        lambda spec: {"NHD": complete, "HND": partial}[spec], {"NHD": "NHD", "HND": "HND"}
+    )
+    assert (label, sel.backend) == ("NHD", "A")
+    label, _, _ = measured_cheapest(lambda spec: partial, {"HND": "HND"})  # only partial ones: compared as they are
+    assert label == "HND"
+
+
+def test_tactic_for_answers_from_a_kind_whose_winner_is_the_chosen_backend() -> None:
+    from hwtune.selector.layer_kinds import combine
+    from hwtune.selector.selection import DispatchEntry
+
+    entry = DispatchEntry("decode", 256, 131072, "t-full", 10.0, "measured")
+    windowed = dataclasses.replace(
+        _sel([("B", 10.0), ("A", 11.0)]), dispatch=(dataclasses.replace(entry, tactic="t-windowed"),)
+    )
+    full = dataclasses.replace(_sel([("A", 20.0), ("B", 40.0)]), dispatch=(entry,))
+    sel = combine([(windowed, 18, "windowed"), (full, 18, "full-attention")])  # A: 15.5, B: 25
+    assert sel.backend == "A" and sel.dispatch == (entry,)
+    assert any("from the full-attention layers" in n for n in sel.notes)
