@@ -7,7 +7,10 @@ Per model (``--model CONFIG[:TP]``, repeatable; default Llama-3.1-8B at TP 1), i
    in one KV layout (``--kv-layout``, default NHD) and one KV-cache dtype (``--kv-cache-dtype``, default auto: the
    model's; ``fp8`` scores an fp8 cache, into ``OUT/<model>-tp<TP>-kvfp8_e4m3/``).
 3. ``oracle``: measure >= 30 other workloads (decode batch x context, prefill chunk x cached prefix, between
-   and beyond the plan's points) exhaustively with the same candidates into oracle.db.
+   and beyond the plan's points) exhaustively with the same candidates into oracle.db. For a model of windowed and
+   full-attention layers (gpt-oss, Gemma-2/3: ``layer_kinds``) every shape is measured for both kinds and a
+   candidate's latency there is its layer-weighted sum, as one backend serves every layer; selection is asked with
+   the layer counts. An oracle of one kind (stores before 2026-11-27) or ``--windowed-only`` scores the windowed spec.
 4. Regret of each policy = latency of its (backend, tactic) / the oracle's best, per oracle workload:
    hwtune (measured selection from train.db + its dispatch table), hwtune per phase, the static priority
    list (hwtune without a store), FlashInfer's own auto choice (decode wrapper default = fa2 on CUDA cores,
@@ -24,6 +27,7 @@ Per model (``--model CONFIG[:TP]``, repeatable; default Llama-3.1-8B at TP 1), i
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -127,19 +131,59 @@ def as_stored(db: Path) -> None:
     environment.current_environment = lambda device: _StoredEnvironment(json.loads(fingerprint), digest)
 
 
-def score(out: Path, spec, device: str = "auto", max_model_len: int = 131072) -> dict:  # noqa: ANN001
-    import hwtune
+def layer_kinds(info, spec) -> list | None:  # noqa: ANN001
+    """[(windowed spec, layers), (full-attention spec, layers)] for a model that mixes the two, else None."""
+    if not (spec.sliding_window and info.full_attention_layers and info.num_layers):
+        return None
+    full = dataclasses.replace(spec, sliding_window=None)
+    return [(spec, info.num_layers - info.full_attention_layers), (full, info.full_attention_layers)]
+
+
+def oracle_latencies(out: Path, spec, kinds: list | None) -> tuple[dict, dict]:  # noqa: ANN001
+    """Per oracle workload, each (backend, tactic)'s latency and the shape (phase, batch, context, query length):
+    the workloads of ``spec``'s kind of layer; with ``kinds`` (``layer_kinds``) a shape measured for every kind, a
+    candidate's latency being its layer-weighted sum over them (one backend and tactic for every layer), so that
+    regret is over the whole model."""
     from hwtune.db.store import Store
 
     with Store.open(f"sqlite:///{out / 'oracle.db'}", read_only=True, create=False) as store:
         recs = [r for r in store.measurements("attention") if r.ok and r.stats]
-    lat: dict[str, dict[tuple[str, str], float]] = defaultdict(dict)
-    shape = {}
+    by: dict[tuple, dict] = defaultdict(lambda: defaultdict(dict))  # shape -> window -> candidate -> us
+    keys: dict[tuple, str] = {}
     for r in recs:
-        lat[r.workload_key][(r.backend, r.tactic)] = r.stats.median_us
         w = r.workload
-        shape[r.workload_key] = (w["phase"], w["batch"], w["context_len"], w.get("query_len", 1))
+        at = (w["phase"], w["batch"], w["context_len"], w.get("query_len", 1))
+        by[at][w["spec"].get("sliding_window")][(r.backend, r.tactic)] = r.stats.median_us
+        if w["spec"].get("sliding_window") == spec.sliding_window:
+            keys[at] = r.workload_key
+    if not kinds:
+        mine = {at: ws[spec.sliding_window] for at, ws in by.items() if spec.sliding_window in ws}
+        return {keys[at]: dict(c) for at, c in mine.items()}, {keys[at]: at for at in mine}
+    weight = {s.sliding_window: n for s, n in kinds}
+    lat, shape = {}, {}
+    for at, ws in by.items():
+        if set(ws) != set(weight):
+            continue
+        both = set.intersection(*(set(ws[win]) for win in weight))
+        lat[str(at)] = {c: sum(n * ws[win][c] for win, n in weight.items()) for c in both}
+        shape[str(at)] = at
+    return lat, shape
+
+
+def oracle_windows(out: Path) -> set:
+    """The sliding windows the oracle's records were measured with (None: full attention)."""
+    from hwtune.db.store import Store
+
+    with Store.open(f"sqlite:///{out / 'oracle.db'}", read_only=True, create=False) as store:
+        return {r.workload["spec"].get("sliding_window") for r in store.measurements("attention")}
+
+
+def score(out: Path, spec, device: str = "auto", max_model_len: int = 131072, kinds=None) -> dict:  # noqa: ANN001
+    import hwtune
+
+    lat, shape = oracle_latencies(out, spec, kinds)
     sim = device != "auto"  # scoring synthetic stores for a simulated device (tests of this script)
+    layers = {"full_attention_layers": kinds[1][1], "num_layers": kinds[0][1] + kinds[1][1]} if kinds else {}
     sel = hwtune.select_attention(
         spec,
         device=device,
@@ -148,6 +192,7 @@ def score(out: Path, spec, device: str = "auto", max_model_len: int = 131072) ->
         max_model_len=max_model_len,  # the mix of the engine serving this model
         assume_installed=sim,
         engine=None,  # hwtune's own catalogue: every measured kernel, its own Triton kernel included
+        **layers,
     )
     static = hwtune.select_attention(spec, device=device, db=False, assume_installed=sim, engine=None)
     policies: dict[str, list[float]] = defaultdict(list)
@@ -302,7 +347,12 @@ def measure_model(cfg: Path, tp: int, out: Path, steps: set[str], args: argparse
     if "oracle" in steps:
         info = load_model_config(cfg)
         spec = attention_spec(info, tp, **overrides)
-        plan = oracle_plan(spec, args.oracle_time_cap, info.max_position_embeddings or 131072)
+        mml = info.max_position_embeddings or 131072
+        plan = oracle_plan(spec, args.oracle_time_cap, mml)
+        kinds = layer_kinds(info, spec)
+        if kinds:  # a model of windowed and full-attention layers: the oracle measures both kinds at each shape
+            full = oracle_plan(kinds[1][0], args.oracle_time_cap, mml)
+            plan = Plan(name="oracle", items=plan.items + full.items, time_cap_s=plan.time_cap_s)
         result["oracle_tune"] = tune(plan, out / "oracle.db", backends, bisect=False)  # a fixed set
         print("oracle", result["oracle_tune"], flush=True)
         _check("oracle", result["oracle_tune"])
@@ -337,6 +387,11 @@ def main() -> int:
         help="comma-separated subset of quick, default, oracle, score, latency (results accumulate in regret.json)",
     )
     p.add_argument("--score-only", action="store_true")
+    p.add_argument(
+        "--windowed-only",
+        action="store_true",
+        help="score a model of windowed and full-attention layers by its windowed spec alone (as before 2026-11-27)",
+    )
     p.add_argument("--device", default="auto", help="score for a simulated device (synthetic stores)")
     p.add_argument(
         "--as-stored", action="store_true", help="with --score-only: score as the machine that measured train.db"
@@ -368,7 +423,12 @@ def main() -> int:
         spec = attention_spec(info, tp, kv_layout=args.kv_layout, kv_cache_dtype=args.kv_cache_dtype)
         if args.as_stored:
             as_stored(out / "train.db")
-        result.update(score(out, spec, args.device, info.max_position_embeddings or 131072))
+        kinds = None if args.windowed_only else layer_kinds(info, spec)
+        if kinds and oracle_windows(out) != {s.sliding_window for s, _ in kinds}:
+            print("the oracle measured one layer kind only: scored by the windowed spec (as --windowed-only)")
+            kinds = None
+        result["layer_kinds"] = [[s.sliding_window, n] for s, n in kinds] if kinds else None
+        result.update(score(out, spec, args.device, info.max_position_embeddings or 131072, kinds))
         if args.device == "auto" and "latency" in steps:
             result["latency"] = latencies(out, spec)
         result_file.write_text(json.dumps(result, indent=2))
