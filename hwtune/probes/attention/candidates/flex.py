@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from hwtune.core.types import AttentionWorkload
+from hwtune.kernels.configs import cdiv
 from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported
 from hwtune.probes.attention.problem import AttentionProblem
 
@@ -41,8 +42,8 @@ def compile_mask(device_type: str, num_queries: int, kv_slots: int) -> bool:
     at every Llama-3.1-8B plan shape after the first (7 s with the process's CUDA start-up), up to batch 256 x 8192
     tokens (0.54 G padded pairs), with no higher peak memory than compiled at decode shapes and 747 against 163 MiB
     at an 8192-token prefill. On the CPU it is always built eagerly."""
-    pad = lambda n: -(-n // _FLEX_BLOCK) * _FLEX_BLOCK  # noqa: E731 - one line
-    return device_type == "cuda" and pad(num_queries) * pad(kv_slots) > EAGER_MASK_ELEMENTS
+    pairs = cdiv(num_queries, _FLEX_BLOCK) * cdiv(kv_slots, _FLEX_BLOCK) * _FLEX_BLOCK**2
+    return device_type == "cuda" and pairs > EAGER_MASK_ELEMENTS
 
 
 def _flex(dynamic: bool):  # noqa: ANN202 - the compiled callable
