@@ -26,6 +26,7 @@ from hwtune.core.types import (
     AttentionWorkload,
     Workload,
     normalize_quant_dtype,
+    workload_from_dict,
 )
 
 #: Fraction of device memory a planned workload's KV cache (plus the reference's copies) may take.
@@ -69,6 +70,16 @@ class PlanItem:
             "level": self.level,
             "backends": list(self.backends) if self.backends else None,
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PlanItem:
+        """The item ``to_dict`` wrote (a queued work item's payload), its backends included."""
+        backends = data.get("backends")
+        return cls(
+            workload_from_dict(data["kind"], data["workload"]),
+            int(data.get("level", 0)),
+            tuple(backends) if backends else None,
+        )
 
 
 #: --quick measures the backends engines choose between (vLLM's priority lists) with their cheap tactics:

@@ -24,7 +24,7 @@ from hwtune.core.environment import Environment, current_environment
 from hwtune.core.errors import InvalidSpecError
 from hwtune.core.records import MeasurementRecord
 from hwtune.core.result_store import ResultStore
-from hwtune.core.types import All2AllWorkload, AttentionWorkload, workload_from_dict
+from hwtune.core.types import All2AllWorkload, AttentionWorkload
 from hwtune.db.queue import holder_is_gone, worker_id
 from hwtune.probes.attention.measure import measure_attention, plan_candidates
 from hwtune.probes.attention.worker import WorkerPool
@@ -231,6 +231,7 @@ class Tuner:
                         self.opts.backends or self.plan.backends,
                         parallel=self.opts.warmup_parallel,
                         progress=self.progress,
+                        notes=report.notes,
                     )
                 )
                 report.warmup_s = time.monotonic() - warm_started
@@ -240,8 +241,8 @@ class Tuner:
             if self._pruned_counts:
                 left = ", ".join(f"{c} at {n}" for c, n in sorted(self._pruned_counts.items()))
                 report.notes.append(
-                    f"not measured at refinement points where they were {PRUNE_FACTOR:g}x or more slower than the best"
-                    f" at every measured neighbour: {left} point(s)"
+                    f"not measured where they were {PRUNE_FACTOR:g}x or more slower than the best at every measured"
+                    f" neighbour (a coarse point: at its twin in the other KV layout too): {left} point(s)"
                 )
         except KeyboardInterrupt:
             report.state = "interrupted"
@@ -280,17 +281,13 @@ class Tuner:
                         continue
                     return
                 key, payload = claimed[0]
-                item = items.get(key) or PlanItem(
-                    workload_from_dict(payload["kind"], payload["workload"]), int(payload.get("level", 0))
-                )
+                item = items.get(key) or PlanItem.from_dict(payload)
                 t0 = time.monotonic()
                 self._measure_claimed(item, queue_id, run_id, pool, report, len(items))
                 durations.append(time.monotonic() - t0)
 
     def _pruned(self, item: PlanItem) -> frozenset[tuple[str, str]]:
-        """At a refinement or bisection point, the candidates ``schedule.pruned`` leaves out, counted for the report."""
-        if item.level == 0:
-            return frozenset()
+        """The candidates ``schedule.pruned`` leaves out at ``item``, counted for the report."""
         others = [i for i in self._items.values() if i.key != item.key]
         done = self.store.measurements(workload_keys=[i.key for i in others], environment_hash=self.env.hash())
         left_out = pruned(item, others, done)

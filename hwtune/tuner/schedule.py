@@ -11,8 +11,10 @@ between them (geometric mean) is measured, and again until every crossover is lo
 
 A refinement or bisection point does not measure a candidate that was at least ``PRUNE_FACTOR`` slower than the
 best at every one of its measured neighbours (``pruned``): it cannot win between them, and each measurement of it
-costs time (FLEX_ATTENTION compiles per shape). Coarse points measure every candidate, so every candidate keeps a
-measured range that brackets the whole plan.
+costs time (FLEX_ATTENTION compiles per shape, TORCH_SDPA runs four kernels). Neighbours are taken across KV layouts:
+the same workload measured in the other layout (its twin) is the nearest. Coarse points of the first layout measured
+measure every candidate, so every candidate keeps a measured range that brackets the whole plan; a coarse point of
+another layout leaves out only a candidate that was that far behind at its twin and at its other nearest neighbours.
 """
 
 from __future__ import annotations
@@ -89,12 +91,16 @@ def _axes(item: PlanItem) -> tuple[tuple, int, int] | None:
     return ("prefill", w.spec.key(), w.batch), w.query_len, w.context_len - w.query_len
 
 
-def _at(item: PlanItem, a: int, b: int, level: int) -> PlanItem:
-    w = item.workload
+def _at(p: PlanItem, q: PlanItem, a: int, b: int) -> PlanItem:
+    """The point (a, b) between neighbours ``p`` and ``q``, a level below both, measuring the backends either
+    measures (every backend where either does)."""
+    w = p.workload
     assert isinstance(w, AttentionWorkload)
+    level = max(p.level, q.level) + 1
+    backends = tuple(dict.fromkeys(p.backends + q.backends)) if p.backends and q.backends else None
     if w.phase == "decode":
-        return PlanItem(dataclasses.replace(w, batch=a, context_len=b), level)
-    return PlanItem(dataclasses.replace(w, query_len=a, context_len=a + b), level)
+        return PlanItem(dataclasses.replace(w, batch=a, context_len=b), level, backends)
+    return PlanItem(dataclasses.replace(w, query_len=a, context_len=a + b), level, backends)
 
 
 def _timings(records: Iterable[MeasurementRecord]) -> dict[str, dict[tuple[str, str], float]]:
@@ -149,7 +155,7 @@ def bisections(
                     if mid is None or not _crossed(timed[points[p].key], timed[points[q].key]):
                         continue
                     coords = (mid, p[1]) if axis == 0 else (p[0], mid)
-                    item = _at(points[p], *coords, level=max(points[p].level, points[q].level) + 1)
+                    item = _at(points[p], points[q], *coords)
                     if item.key not in known and fits(item):
                         new[item.key] = item
     return list(new.values())
@@ -158,17 +164,37 @@ def bisections(
 def pruned(
     item: PlanItem, measured: Sequence[PlanItem], records: Iterable[MeasurementRecord]
 ) -> frozenset[tuple[str, str]]:
-    """The (backend, tactic) candidates not worth measuring at ``item`` (module docstring): measured at each of its
-    nearest measured neighbours (``PRUNE_NEIGHBOURS``, at least two) and ``PRUNE_FACTOR`` or more slower than the
-    best there at every one."""
+    """The (backend, tactic) candidates not worth measuring at ``item`` (module docstring): measured at two or more of
+    its nearest measured neighbours (``PRUNE_NEIGHBOURS``, across KV layouts) and ``PRUNE_FACTOR`` or more slower than
+    the best at every one where it was measured. At a coarse point (level 0) only where its twin in another layout was
+    measured, the candidate too."""
     timed = _timings(records)
-    group, x, y = _coords(item)
+    group, x, y = _layout_free(item)
+
+    def distance(m: PlanItem) -> float:
+        return (_layout_free(m)[1] - x) ** 2 + (_layout_free(m)[2] - y) ** 2
+
     near = sorted(
-        (m for m in measured if m.key != item.key and _coords(m)[0] == group and timed.get(m.key)),
-        key=lambda m: (_coords(m)[1] - x) ** 2 + (_coords(m)[2] - y) ** 2,
+        (m for m in measured if m.key != item.key and _layout_free(m)[0] == group and timed.get(m.key)), key=distance
     )[:PRUNE_NEIGHBOURS]
-    if len(near) < 2:
+    twin = timed[near[0].key] if near and distance(near[0]) == 0 else {}
+    if len(near) < 2 or (item.level == 0 and not twin):
         return frozenset()
     at = [timed[m.key] for m in near]
-    shared = set.intersection(*(set(t) for t in at))
-    return frozenset(c for c in shared if all(t[c] >= PRUNE_FACTOR * min(t.values()) for t in at))
+    left_out = set()
+    for c in set().union(*at):
+        seen = [t for t in at if c in t]  # where it ran (a neighbour may have left it out already)
+        if item.level == 0 and c not in twin:
+            continue
+        if len(seen) >= 2 and all(t[c] >= PRUNE_FACTOR * min(t.values()) for t in seen):
+            left_out.add(c)
+    return frozenset(left_out)
+
+
+def _layout_free(item: PlanItem) -> tuple[tuple, float, float]:
+    """``_coords`` with the KV layout left out of the group: a workload's twin in the other layout is a neighbour."""
+    group, x, y = _coords(item)
+    w = item.workload
+    if isinstance(w, AttentionWorkload):
+        group = (group[0], dataclasses.replace(w.spec, kv_layout="auto").key(), *group[2:])
+    return group, x, y

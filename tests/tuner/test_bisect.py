@@ -2,6 +2,8 @@
 crossover that matters is located within BISECT_FACTOR; near-ties and agreeing neighbours add nothing; a candidate far
 behind at every measured neighbour of a point is not measured there (``pruned``), in the tuner too."""
 
+import dataclasses
+
 from hwtune.core.records import LatencyStats, MeasurementRecord
 from hwtune.core.types import AttentionSpec, AttentionWorkload
 from hwtune.tuner.plan import PlanItem
@@ -90,3 +92,37 @@ def test_a_candidate_far_behind_at_every_measured_neighbour_is_pruned_there() ->
     other = prefill(128, 0)
     rec_other = rec + timed(other, fa2=1.0)
     assert pruned(mid, [lo, other], rec_other) == frozenset()
+
+
+def test_a_bisection_point_measures_the_backends_its_neighbours_measure() -> None:
+    """A plan section that names its backends keeps them at the points bisected between its items (every backend only
+    where a neighbour measured every backend), and a queued item's payload gives them back."""
+    lo, hi = (PlanItem(p.workload, 0, ("HWTUNE_TRITON_ATTN",)) for p in (prefill(128, 0), prefill(128, 32768)))
+    rec = timed(lo, fa3=10.0, **{"fa2-tc": 14.0}) + timed(hi, fa3=90.0, **{"fa2-tc": 40.0})
+    [new] = bisections([lo, hi], rec)
+    assert new.backends == ("HWTUNE_TRITON_ATTN",)
+    assert PlanItem.from_dict(new.to_dict()) == new
+    wide = PlanItem(hi.workload, 0, None)
+    [new] = bisections([lo, wide], rec)
+    assert new.backends is None
+
+
+def test_a_coarse_point_of_the_second_layout_leaves_out_what_its_twin_found_far_behind() -> None:
+    """The same workload measured in the other KV layout is a neighbour: a coarse HND point skips a candidate 3x
+    behind at its NHD twin and its nearest neighbours; without its twin measured a coarse point measures everything."""
+    hnd = dataclasses.replace(SPEC, kv_layout="HND")
+
+    def at(spec: AttentionSpec, batch: int, context: int) -> PlanItem:
+        return PlanItem(AttentionWorkload(spec, "decode", batch, context))
+
+    nhd_points = [at(SPEC, 1, 512), at(SPEC, 1, 8192), at(SPEC, 16, 512)]
+    far = PRUNE_FACTOR * 1.01
+    rec = []
+    for p in nhd_points:
+        rec += timed(p, fa2=10.0, xqa=11.0) + timed(p, "TORCH_SDPA", math=10.0 * far, flash=10.0 * 1.5)
+    point = at(hnd, 1, 512)
+    assert pruned(point, nhd_points, rec) == {("TORCH_SDPA", "math")}
+    # its twin not measured (only other NHD points): a coarse point measures every candidate
+    assert pruned(point, nhd_points[1:], rec) == frozenset()
+    # a refinement point keeps the neighbour rule with or without a twin
+    assert pruned(PlanItem(point.workload, level=1), nhd_points[1:], rec) == {("TORCH_SDPA", "math")}
