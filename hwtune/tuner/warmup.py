@@ -30,6 +30,9 @@ from hwtune.probes.attention.worker import WorkerPool
 from hwtune.probes.timing import TimingOptions
 from hwtune.tuner.plan import Plan
 
+#: Statuses of a warm-up job whose kernels may not have compiled (a wrong answer or a refusal ran or decided them).
+FAILED = ("error", "crashed", "timeout")
+
 _TINY = TimingOptions(time_cap_s=0.01, min_reps=1, max_reps=2, batch=1, warmup=0, flush_l2=False)
 
 
@@ -93,10 +96,12 @@ def warm_up(
     *,
     parallel: int = 4,
     progress: Callable[[str, int, int, str], None] | None = None,
+    notes: list[str] | None = None,
 ) -> dict[str, float]:
     """Compile every variant the plan needs; returns the longest compile time per backend/tactic. ``parallel``
     worker processes take the jobs from one queue, longest expected compile first (``by_expected_compile``), so that
-    no process is left with several long ones while the others idle."""
+    no process is left with several long ones while the others idle. A job that fails (its kernels then compile when
+    first measured) is said in ``notes``."""
     todo = by_expected_compile(jobs(plan, profile, backends))
     if not todo:
         return {}
@@ -105,7 +110,7 @@ def warm_up(
     for job in todo:
         queue.put(job)
 
-    def run() -> list[tuple[str, float | None]]:
+    def run() -> list[tuple[str, float | None, str | None]]:
         out = []
         with WorkerPool() as pool:
             while True:
@@ -116,19 +121,35 @@ def warm_up(
                 [rec] = measure_attention(
                     w, [c], device="cuda", profile=profile, timing=_TINY, timeout_s=900, pool=pool
                 )
-                out.append((f"{c.backend}/{c.tactic}", rec.compile_time_s))
+                failed = rec.status in FAILED and f"{c.backend}/{c.tactic} {_shape(w)}: {rec.status} {rec.message}"
+                out.append((f"{c.backend}/{c.tactic}", rec.compile_time_s, failed or None))
 
     n = max(1, min(parallel, len(todo)))
     if progress:
         progress("warmup", 0, len(todo), f"compiling {len(todo)} kernel variants in {n} processes")
     with ThreadPoolExecutor(max_workers=n) as ex:
         results = [f.result() for f in [ex.submit(run) for _ in range(n)]]
-    for name, seconds in (r for result in results for r in result):
+    failures = []
+    for name, seconds, failure in (r for result in results for r in result):
         if seconds is not None:
             times[name] = max(times.get(name, 0.0), seconds)
+        if failure:
+            failures.append(failure[:300])
+    if failures and notes is not None:
+        notes.append(
+            f"warm-up: {len(failures)} of {len(todo)} kernel variant job(s) failed, so their kernels compile when "
+            f"first measured (timed there as compilation): {'; '.join(failures)}"
+        )
     if progress:
         progress("warmup", len(todo), len(todo), "kernels compiled")
     return times
+
+
+def _shape(w: AttentionWorkload) -> str:
+    """``decode 2 x 64`` / ``prefill 1 x 64 on 80`` (batch x query tokens on context), for a failure note."""
+    if w.phase == "decode":
+        return f"{w.phase} {w.batch} x {w.context_len}"
+    return f"{w.phase} {w.batch} x {w.query_len} on {w.context_len}"
 
 
 def by_expected_compile(todo: list[tuple[AttentionWorkload, Planned]]) -> list[tuple[AttentionWorkload, Planned]]:

@@ -55,3 +55,35 @@ def test_the_longest_expected_compiles_start_first() -> None:
     assert seconds == sorted(seconds, reverse=True) and len(order) == len(todo)
     tuned = [i for i, (_, c) in enumerate(order) if c.tactic == "tuned"]
     assert tuned == [tuned[0], tuned[0] + 1]  # equals keep their planned order, next to each other
+
+
+def test_a_failed_warm_up_job_is_said_in_the_notes(monkeypatch) -> None:  # noqa: ANN001
+    """A job whose kernels did not compile up front (its worker errored or died) is named with its status and
+    message; one that ran is not."""
+    from contextlib import nullcontext
+
+    from hwtune.core.records import LatencyStats, MeasurementRecord
+
+    monkeypatch.setattr(warmup, "plan_candidates", lambda w, profile, backends: CANDIDATES[:3])
+    monkeypatch.setattr(warmup, "WorkerPool", nullcontext)
+
+    def measure(w, cands, **kw):  # noqa: ANN001, ANN003, ANN202
+        [c] = cands
+        bad = c.tactic == "tuned" and w.phase == "prefill" and w.batch == 1
+        status, message = ("error", "CUDA out of memory") if bad else ("ok", "")
+        stats = None if bad else LatencyStats.from_samples([10.0])
+        rec = MeasurementRecord(
+            "attention", w.to_dict(), w.key(), c.backend, c.tactic, status, stats=stats, message=message
+        )
+        return [rec]
+
+    monkeypatch.setattr(warmup, "measure_attention", measure)
+    profile = simulated("h100")
+    plan = plan_from_model(MODEL, tp=1, kinds=["attention"], device=profile, attention_overrides={"kv_layout": "NHD"})
+    notes: list[str] = []
+    warmup.warm_up(plan, profile, None, parallel=2, notes=notes)
+    [note] = notes
+    chunks = {i.workload.query_len for i in plan.items if i.workload.phase == "prefill"}
+    assert note.startswith(f"warm-up: {len(chunks)} of ")
+    assert "HWTUNE_TRITON_ATTN/tuned prefill 1 x 128 on " in note and "error CUDA out of memory" in note
+    assert "FLASHINFER" not in note and "decode" not in note
