@@ -10,6 +10,7 @@ Warm-up (and JIT compilation, which happens at the first call) is excluded.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -118,8 +119,10 @@ def time_cuda(
     return LatencyStats.from_samples(samples, ci95_rel=median_ci_rel(samples)), method
 
 
+@functools.cache
 def _clock_mhz() -> float:
-    """SM clock for torch.cuda._sleep's cycle count; NVML's max clock, else a Hopper-like 1980 MHz."""
+    """SM clock for torch.cuda._sleep's cycle count; NVML's max clock, else a Hopper-like 1980 MHz. Read once per
+    process: NVML's init and shutdown on every timed call added up in the config searches, which time dozens."""
     try:
         import pynvml
 

@@ -19,6 +19,7 @@ class Cfg:
     label: str
     us: float  # what the stand-in graph timing measures for it
     fails: str = ""  # "compile", "wrong", "capture"
+    screen_us: float = 0.0  # what the screen's few replays measure, when it differs from ``us``
 
     def name(self) -> str:
         return self.label
@@ -39,9 +40,11 @@ def timed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return SimpleNamespace(cfg=CURRENT["cfg"])
 
     def time_cuda(fn, *, l2_bytes, opts, graph):  # noqa: ANN001, ANN202
-        assert graph is not None and opts is config_search.SEARCH_TIMING and l2_bytes == 1 << 20
-        seen.append(graph.cfg.name())
-        us = graph.cfg.us
+        assert graph is not None and l2_bytes == 1 << 20
+        assert opts in (config_search.SCREEN_TIMING, config_search.SEARCH_TIMING)
+        screen = opts is config_search.SCREEN_TIMING
+        seen.append(("screen " if screen else "") + graph.cfg.name())
+        us = graph.cfg.screen_us if screen and graph.cfg.screen_us else graph.cfg.us
         return LatencyStats(median_us=us, p10_us=us, p90_us=us, mean_us=us, n=10, spread=0.0), "cuda_graph"
 
     monkeypatch.setattr(config_search, "capture_graph", capture)
@@ -70,7 +73,7 @@ def test_the_fastest_correct_capturable_config_wins_by_graph_timing(timed: list[
     ]
     best, seen = config_search.fastest_config(space, _call, torch.zeros(4))
     assert best.name() == "faster"
-    assert timed == ["auto", "faster", "slower"]
+    assert [t for t in timed if t.startswith("screen ")] == ["screen auto", "screen faster", "screen slower"]
     assert seen["searched"] == 6 and seen["searched_us"] == {"auto": 20.0, "faster": 12.0, "slower": 30.0}
     rejected = " | ".join(seen["rejected_configs"])
     assert "fast-but-wrong: output differs" in rejected and "no-compile: RuntimeError" in rejected
@@ -80,3 +83,16 @@ def test_the_fastest_correct_capturable_config_wins_by_graph_timing(timed: list[
 def test_auto_is_kept_when_nothing_beats_it(timed: list[str]) -> None:
     best, _ = config_search.fastest_config([Cfg("auto", 10.0), Cfg("b", 10.5), Cfg("c", 11.0)], _call, torch.zeros(2))
     assert best.name() == "auto"
+
+
+def test_the_screen_picks_finalists_and_the_finalists_timing_decides(timed: list[str]) -> None:
+    """Every correct config is screened; auto and the FINALISTS fastest of the screen are timed again, and that
+    timing decides: a config the screen flattered loses, one well behind in the screen is not timed again."""
+    n = config_search.FINALISTS
+    flattered = Cfg("flattered", 15.0, screen_us=9.0)
+    rest = [Cfg(f"c{i}", 10.0 + i) for i in range(n + 2)]
+    best, seen = config_search.fastest_config([Cfg("auto", 20.0), flattered, *rest], _call, torch.zeros(2))
+    assert best.name() == "c0"
+    finalists = [t for t in timed if not t.startswith("screen ")]
+    assert finalists == ["auto", "flattered", *(c.name() for c in rest[: n - 1])]
+    assert len(seen["screened_us"]) == n + 4 and seen["screened_us"]["flattered"] == 9.0
