@@ -32,6 +32,18 @@ NO_MULTICAST_ENV: Mapping[str, str] = {
 }
 
 
+def shared_compile_cache() -> dict[str, str]:
+    """``TRITON_CACHE_DIR`` for every probe process: the one set here, else Triton's own default (``$TRITON_HOME`` or
+    the home directory, then ``.triton/cache``), so that every worker reads the kernels the others compiled. Left
+    unset, torch's inductor (FLEX_ATTENTION's compile) points it at inductor's own directory for the rest of its
+    process: the measuring worker then compiled again what the parallel warm-up had compiled (H100, 2026-11-27:
+    35-45 s per prefill constexpr class of HWTUNE_TRITON_ATTN ``tuned``, a third of a default tune's measuring)."""
+    if os.environ.get("TRITON_CACHE_DIR"):
+        return {"TRITON_CACHE_DIR": os.environ["TRITON_CACHE_DIR"]}
+    home = os.environ.get("TRITON_HOME") or os.path.expanduser("~")
+    return {"TRITON_CACHE_DIR": os.path.join(home, ".triton", "cache")}
+
+
 class Unsupported(Exception):
     """The candidate cannot run this workload or tactic here; the message is the real reason."""
 

@@ -251,3 +251,14 @@ class _CausalOnlyLseRunner(_ReferenceLseRunner):
 class CausalOnlyLse(_Base):
     def runner(self, workload, tactic, device):  # noqa: ANN001, ANN201
         return _CausalOnlyLseRunner()
+
+
+class CompileCache(_Base):
+    """Says where this worker's Triton kernels are cached, after doing what torch's inductor does there (it points an
+    unset ``TRITON_CACHE_DIR`` at its own directory for the rest of the process)."""
+
+    def runner(self, workload, tactic, device):  # noqa: ANN001, ANN201
+        from hwtune.probes.attention.candidates.base import Unsupported
+
+        os.environ.setdefault("TRITON_CACHE_DIR", "/tmp/torchinductor_someone/triton/0")
+        raise Unsupported(f"TRITON_CACHE_DIR={os.environ['TRITON_CACHE_DIR']}")

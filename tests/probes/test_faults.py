@@ -240,3 +240,15 @@ def test_dcp_mixed_batches_and_too_short_contexts_are_unsupported_not_unchecked(
     assert mixed.status == "unsupported" and "no DCP check for mixed" in mixed.message
     short = measure(pool, "ReferenceLse", workload=AttentionWorkload(spec, "decode", 3, 18, query_len=3))
     assert short.status == "unsupported" and short.message.startswith("DCP check:"), short.message
+
+
+def test_every_worker_shares_one_triton_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers get TRITON_CACHE_DIR set (Triton's default, or the caller's), so torch's inductor cannot move one
+    worker's Triton cache away from what the others, the parallel warm-up among them, compiled."""
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TRITON_HOME", "/somewhere")
+    with WorkerPool(env={"PYTHONPATH": PYTHONPATH}) as p:
+        assert measure(p, "CompileCache").message == "TRITON_CACHE_DIR=/somewhere/.triton/cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/shared/triton")
+    with WorkerPool(env={"PYTHONPATH": PYTHONPATH}) as p:
+        assert measure(p, "CompileCache").message == "TRITON_CACHE_DIR=/shared/triton"

@@ -37,7 +37,7 @@ from typing import Any
 
 import hwtune
 from hwtune.probes.all2all.trial import EXIT_REPORTED, ItemResult, TrialOutcome, TrialSpec
-from hwtune.probes.contract import NO_MULTICAST_ENV, signal_name, stderr_tail
+from hwtune.probes.contract import NO_MULTICAST_ENV, shared_compile_cache, signal_name, stderr_tail
 
 POLL_S = 0.05
 
@@ -54,6 +54,7 @@ def child_env(extra: Mapping[str, str] | None, device: str) -> dict[str, str]:
     """The ranks' environment: ours plus ``extra``, hwtune importable, unbuffered output, and NVLink multicast off
     whatever the caller asked (it is applied last)."""
     env = dict(os.environ)
+    env.update(shared_compile_cache())
     env.update(NO_MULTICAST_ENV)
     root = str(Path(hwtune.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)

@@ -28,7 +28,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from hwtune.probes.contract import HEALTHY, NO_MULTICAST_ENV, describe_exit, stderr_tail
+from hwtune.probes.contract import HEALTHY, NO_MULTICAST_ENV, describe_exit, shared_compile_cache, stderr_tail
 
 
 @dataclass
@@ -45,7 +45,7 @@ class WorkerPool:
     def _start(self) -> None:
         read_fd, write_fd = os.pipe()
         fd, self._log = tempfile.mkstemp(prefix="hwtune-worker-", suffix=".log")
-        env = {**os.environ, **self.env, **NO_MULTICAST_ENV, "PYTHONUNBUFFERED": "1"}  # multicast stays off
+        env = {**os.environ, **shared_compile_cache(), **self.env, **NO_MULTICAST_ENV, "PYTHONUNBUFFERED": "1"}
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "hwtune.probes.attention.worker", "--result-fd", str(write_fd)],
             stdin=subprocess.PIPE,
