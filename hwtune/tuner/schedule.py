@@ -164,10 +164,10 @@ def bisections(
 def pruned(
     item: PlanItem, measured: Sequence[PlanItem], records: Iterable[MeasurementRecord]
 ) -> frozenset[tuple[str, str]]:
-    """The (backend, tactic) candidates not worth measuring at ``item`` (module docstring): measured at two or more of
-    its nearest measured neighbours (``PRUNE_NEIGHBOURS``, across KV layouts) and ``PRUNE_FACTOR`` or more slower than
-    the best at every one where it was measured. At a coarse point (level 0) only where its twin in another layout was
-    measured, the candidate too."""
+    """The (backend, tactic) candidates not worth measuring at ``item`` (module docstring): ``PRUNE_FACTOR`` or more
+    slower than the best at each of its nearest neighbours where it was measured (``PRUNE_NEIGHBOURS`` of them, at
+    least two, across KV layouts; points that left it out do not count, so it stays left out between them). At a
+    coarse point (level 0) only a candidate measured at the point's twin in another layout."""
     timed = _timings(records)
     group, x, y = _layout_free(item)
 
@@ -176,14 +176,13 @@ def pruned(
 
     near = sorted(
         (m for m in measured if m.key != item.key and _layout_free(m)[0] == group and timed.get(m.key)), key=distance
-    )[:PRUNE_NEIGHBOURS]
+    )
     twin = timed[near[0].key] if near and distance(near[0]) == 0 else {}
-    if len(near) < 2 or (item.level == 0 and not twin):
+    if item.level == 0 and not twin:
         return frozenset()
-    at = [timed[m.key] for m in near]
     left_out = set()
-    for c in set().union(*at):
-        seen = [t for t in at if c in t]  # where it ran (a neighbour may have left it out already)
+    for c in set().union(*(timed[m.key] for m in near)):
+        seen = [timed[m.key] for m in near if c in timed[m.key]][:PRUNE_NEIGHBOURS]
         if item.level == 0 and c not in twin:
             continue
         if len(seen) >= 2 and all(t[c] >= PRUNE_FACTOR * min(t.values()) for t in seen):

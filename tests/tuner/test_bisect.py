@@ -126,3 +126,18 @@ def test_a_coarse_point_of_the_second_layout_leaves_out_what_its_twin_found_far_
     assert pruned(point, nhd_points[1:], rec) == frozenset()
     # a refinement point keeps the neighbour rule with or without a twin
     assert pruned(PlanItem(point.workload, level=1), nhd_points[1:], rec) == {("TORCH_SDPA", "math")}
+
+
+def test_points_that_left_a_candidate_out_do_not_bring_it_back() -> None:
+    """Between coarse points where FLEX was far behind, refinement points that left it out are no evidence for it:
+    a later point still leaves it out (its nearest neighbours where it ran decide)."""
+    far = PRUNE_FACTOR * 1.01
+    coarse = [decode(16, 512), decode(256, 512)]
+    rec = []
+    for p in coarse:
+        rec += timed(p, fa2=10.0) + timed(p, "FLEX_ATTENTION", compiled=10.0 * far)
+    refined = [PlanItem(AttentionWorkload(SPEC, "decode", b, 512), level=1) for b in (24, 48, 96)]
+    for p in refined:
+        rec += timed(p, fa2=10.0)  # FLEX left out there
+    point = PlanItem(AttentionWorkload(SPEC, "decode", 32, 512), level=2)
+    assert pruned(point, coarse + refined, rec) == {("FLEX_ATTENTION", "compiled")}
