@@ -154,10 +154,20 @@ def _shape(w: AttentionWorkload) -> str:
 
 def by_expected_compile(todo: list[tuple[AttentionWorkload, Planned]]) -> list[tuple[AttentionWorkload, Planned]]:
     """Jobs longest expected first-use compile first (``Tactic.compile_s`` from the catalogue; unstated: 5 s), in
-    their planned order among equals."""
+    their planned order among equals; a job that repeats an earlier one in another KV layout waits until every first
+    one has started. The layout is a run-time argument of the kernels (FlashInfer's ``kv_layout``, the Triton kernels'
+    strides), so a repeat mostly finds its kernels cached; started together, it would only wait for the same compile
+    (FlashInfer locks a module while it builds it) and keep a process from compiling something else."""
 
     def expected(job: tuple[AttentionWorkload, Planned]) -> float:
         tactic = catalogue.get("attention", job[1].backend).tactic(job[1].tactic)
         return tactic.compile_s if tactic is not None and tactic.compile_s is not None else 5.0
 
-    return sorted(todo, key=lambda job: -expected(job))
+    first_layout: dict[tuple, str] = {}
+    repeats: set[int] = set()
+    for i, (w, c) in enumerate(todo):
+        same = (replace(w, spec=replace(w.spec, kv_layout="auto")), c.backend, c.tactic)
+        if first_layout.setdefault(same, w.spec.kv_layout) != w.spec.kv_layout:
+            repeats.add(i)
+    order = sorted(range(len(todo)), key=lambda i: (i in repeats, -expected(todo[i])))
+    return [todo[i] for i in order]

@@ -87,3 +87,15 @@ def test_a_failed_warm_up_job_is_said_in_the_notes(monkeypatch) -> None:  # noqa
     assert note.startswith(f"warm-up: {len(chunks)} of ")
     assert "HWTUNE_TRITON_ATTN/tuned prefill 1 x 128 on " in note and "error CUDA out of memory" in note
     assert "FLASHINFER" not in note and "decode" not in note
+
+
+def test_a_job_repeated_in_the_other_layout_waits_for_every_first_one() -> None:
+    from dataclasses import replace
+
+    from hwtune.core.types import AttentionSpec, AttentionWorkload
+
+    nhd = AttentionWorkload(AttentionSpec(32, 8, 128, kv_layout="NHD"), "decode", batch=2, context_len=64)
+    hnd = replace(nhd, spec=replace(nhd.spec, kv_layout="HND"))
+    fa3, cheap = Planned("FLASHINFER", "fa3"), Planned("TORCH_SDPA", "math")
+    order = warmup.by_expected_compile([(nhd, fa3), (nhd, cheap), (hnd, fa3), (hnd, cheap)])
+    assert order == [(nhd, fa3), (nhd, cheap), (hnd, fa3), (hnd, cheap)]
