@@ -219,10 +219,12 @@ class Tuner:
         report.notes += self._notes
         started = time.monotonic()
         threading.Thread(target=self._heartbeat, args=(queue_id,), daemon=True).start()
+        pool = WorkerPool()
         try:
             if self.opts.warmup and self.device == "cuda":
                 from hwtune.tuner.warmup import warm_up
 
+                pool.prestart()  # the measuring worker starts up while the kernels compile
                 warm_started = time.monotonic()
                 report.compile_s.update(
                     warm_up(
@@ -235,7 +237,7 @@ class Tuner:
                     )
                 )
                 report.warmup_s = time.monotonic() - warm_started
-            self._work(queue_id, run_id, report, started)
+            self._work(queue_id, run_id, report, started, pool)
             if report.state == "running":
                 report.state = "done"
             if self._pruned_counts:
@@ -248,6 +250,7 @@ class Tuner:
             report.state = "interrupted"
             report.notes.append("interrupted: measured results are stored; continue with --resume")
         finally:
+            pool.close()
             self._stop.set()
             report.elapsed_s = time.monotonic() - started
             try:
@@ -261,30 +264,29 @@ class Tuner:
             )
         return report
 
-    def _work(self, queue_id: str, run_id: str, report: TuneReport, started: float) -> None:
-        """Claim and measure items until the queue is empty or the budget is spent."""
+    def _work(self, queue_id: str, run_id: str, report: TuneReport, started: float, pool: WorkerPool) -> None:
+        """Claim and measure items in ``pool``'s worker until the queue is empty or the budget is spent."""
         items = self._items = {i.key: i for i in self.plan.items}
         refine = [i for i in self.plan.items if i.level > 0]
         durations: list[float] = []
-        with WorkerPool() as pool:
-            while not self._budget_spent(queue_id, report, started, durations):
-                claimed = self.store.claim(queue_id, self.worker, 1, self.opts.lease_s)
-                if not claimed:
-                    if refine:
-                        self._enqueue_refinements(queue_id, refine)
-                        refine = []
-                        continue
-                    if self.store.queue_state(queue_id).get("claimed", 0):  # others still work, or are gone
-                        self._wait_for_others(queue_id, report, len(items))
-                        continue
-                    if self._enqueue_bisections(queue_id, items, report):
-                        continue
-                    return
-                key, payload = claimed[0]
-                item = items.get(key) or PlanItem.from_dict(payload)
-                t0 = time.monotonic()
-                self._measure_claimed(item, queue_id, run_id, pool, report, len(items))
-                durations.append(time.monotonic() - t0)
+        while not self._budget_spent(queue_id, report, started, durations):
+            claimed = self.store.claim(queue_id, self.worker, 1, self.opts.lease_s)
+            if not claimed:
+                if refine:
+                    self._enqueue_refinements(queue_id, refine)
+                    refine = []
+                    continue
+                if self.store.queue_state(queue_id).get("claimed", 0):  # others still work, or are gone
+                    self._wait_for_others(queue_id, report, len(items))
+                    continue
+                if self._enqueue_bisections(queue_id, items, report):
+                    continue
+                return
+            key, payload = claimed[0]
+            item = items.get(key) or PlanItem.from_dict(payload)
+            t0 = time.monotonic()
+            self._measure_claimed(item, queue_id, run_id, pool, report, len(items))
+            durations.append(time.monotonic() - t0)
 
     def _pruned(self, item: PlanItem) -> frozenset[tuple[str, str]]:
         """The candidates ``schedule.pruned`` leaves out at ``item``, counted for the report."""

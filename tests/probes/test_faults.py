@@ -252,3 +252,12 @@ def test_every_worker_shares_one_triton_cache(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("TRITON_CACHE_DIR", "/shared/triton")
     with WorkerPool(env={"PYTHONPATH": PYTHONPATH}) as p:
         assert measure(p, "CompileCache").message == "TRITON_CACHE_DIR=/shared/triton"
+
+
+def test_a_prestarted_worker_takes_the_first_job() -> None:
+    """The tuner starts its measuring worker before the warm-up; the first job then runs in it, not in a new one."""
+    with WorkerPool(env={"PYTHONPATH": PYTHONPATH}) as p:
+        p.prestart()
+        p.prestart()
+        assert p.started == 1
+        assert measure(p, "Good").status == "ok" and p.started == 1
