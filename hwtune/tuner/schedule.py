@@ -170,19 +170,18 @@ def pruned(
     coarse point (level 0) only a candidate measured at the point's twin in another layout."""
     timed = _timings(records)
     group, x, y = _layout_free(item)
-
-    def distance(m: PlanItem) -> float:
-        return (_layout_free(m)[1] - x) ** 2 + (_layout_free(m)[2] - y) ** 2
-
-    near = sorted(
-        (m for m in measured if m.key != item.key and _layout_free(m)[0] == group and timed.get(m.key)), key=distance
-    )
-    twin = timed[near[0].key] if near and distance(near[0]) == 0 else {}
+    near: list[tuple[float, dict[tuple[str, str], float]]] = []  # (squared distance, timings), nearest first
+    for m in measured:
+        g, mx, my = _layout_free(m)
+        if m.key != item.key and g == group and timed.get(m.key):
+            near.append(((mx - x) ** 2 + (my - y) ** 2, timed[m.key]))
+    near.sort(key=lambda d: d[0])
+    twin = near[0][1] if near and near[0][0] == 0 else {}
     if item.level == 0 and not twin:
         return frozenset()
     left_out = set()
-    for c in set().union(*(timed[m.key] for m in near)):
-        seen = [timed[m.key] for m in near if c in timed[m.key]][:PRUNE_NEIGHBOURS]
+    for c in set().union(*(t for _, t in near)):
+        seen = [t for _, t in near if c in t][:PRUNE_NEIGHBOURS]
         if item.level == 0 and c not in twin:
             continue
         if len(seen) >= 2 and all(t[c] >= PRUNE_FACTOR * min(t.values()) for t in seen):

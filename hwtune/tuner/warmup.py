@@ -28,7 +28,8 @@ from hwtune.core.types import AttentionWorkload
 from hwtune.probes.attention.measure import Planned, measure_attention, plan_candidates
 from hwtune.probes.attention.worker import WorkerPool
 from hwtune.probes.timing import TimingOptions
-from hwtune.tuner.plan import Plan
+from hwtune.tuner.plan import Plan, PlanItem
+from hwtune.tuner.run import describe_item
 
 #: Statuses of a warm-up job whose kernels may not have compiled (a wrong answer or a refusal ran or decided them).
 FAILED = ("error", "crashed", "timeout")
@@ -121,8 +122,9 @@ def warm_up(
                 [rec] = measure_attention(
                     w, [c], device="cuda", profile=profile, timing=_TINY, timeout_s=900, pool=pool
                 )
-                failed = rec.status in FAILED and f"{c.backend}/{c.tactic} {_shape(w)}: {rec.status} {rec.message}"
-                out.append((f"{c.backend}/{c.tactic}", rec.compile_time_s, failed or None))
+                name = f"{c.backend}/{c.tactic}"
+                failed = f"{name} {describe_item(PlanItem(w))}: {rec.status} {rec.message}"
+                out.append((name, rec.compile_time_s, failed if rec.status in FAILED else None))
 
     n = max(1, min(parallel, len(todo)))
     if progress:
@@ -143,13 +145,6 @@ def warm_up(
     if progress:
         progress("warmup", len(todo), len(todo), "kernels compiled")
     return times
-
-
-def _shape(w: AttentionWorkload) -> str:
-    """``decode 2 x 64`` / ``prefill 1 x 64 on 80`` (batch x query tokens on context), for a failure note."""
-    if w.phase == "decode":
-        return f"{w.phase} {w.batch} x {w.context_len}"
-    return f"{w.phase} {w.batch} x {w.query_len} on {w.context_len}"
 
 
 def by_expected_compile(todo: list[tuple[AttentionWorkload, Planned]]) -> list[tuple[AttentionWorkload, Planned]]:

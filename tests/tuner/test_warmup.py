@@ -85,7 +85,8 @@ def test_a_failed_warm_up_job_is_said_in_the_notes(monkeypatch) -> None:  # noqa
     [note] = notes
     chunks = {i.workload.query_len for i in plan.items if i.workload.phase == "prefill"}
     assert note.startswith(f"warm-up: {len(chunks)} of ")
-    assert "HWTUNE_TRITON_ATTN/tuned prefill 1 x 128 on " in note and "error CUDA out of memory" in note
+    assert "HWTUNE_TRITON_ATTN/tuned attention prefill b1 ctx" in note and " q128 NHD" in note
+    assert "error CUDA out of memory" in note
     assert "FLASHINFER" not in note and "decode" not in note
 
 
