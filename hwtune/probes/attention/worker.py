@@ -96,9 +96,9 @@ class WorkerPool:
         self.close()
 
     def prestart(self) -> None:
-        """Start the worker now (imports, and the CUDA context where there is a GPU) so that the first job does not
-        wait for it: the tuner calls this before its warm-up, which takes minutes, while the first measurement paid
-        about 10 s for a fresh worker on an H100."""
+        """Start a worker unless one is alive (imports, and the CUDA context where there is a GPU). The tuner calls it
+        before its warm-up, which takes minutes, so the first job does not wait for a fresh worker (about 10 s on an
+        H100)."""
         if self._proc is None or self._proc.poll() is not None:
             self._kill()
             self._start()
@@ -106,9 +106,7 @@ class WorkerPool:
     def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """Run one job in the worker (started afresh if none is alive) and return its result dict; a timeout or crash
         becomes a result too, and any unhealthy outcome discards the worker."""
-        if self._proc is None or self._proc.poll() is not None:
-            self._kill()
-            self._start()
+        self.prestart()
         assert self._proc is not None and self._proc.stdin is not None and self._log is not None
         log_start = os.path.getsize(self._log)
         try:
