@@ -10,7 +10,8 @@ measured neighbours along one axis (decode: batch, context; prefill: chunk, cach
 between them (geometric mean) is measured, and again until every crossover is located within that factor.
 
 A refinement or bisection point does not measure a candidate that was at least ``PRUNE_FACTOR`` slower than the
-best at every one of its measured neighbours (``pruned``): it cannot win between them, and each measurement of it
+best at every one of its measured neighbours, or failed there (a wrong answer, a crash, an error or a timeout:
+``FAILED``) (``pruned``): it cannot win between them, and each measurement of it
 costs time (FLEX_ATTENTION compiles per shape, TORCH_SDPA runs four kernels). Neighbours are taken across KV layouts:
 the same workload measured in the other layout (its twin) is the nearest. Coarse points of the first layout measured
 measure every candidate, so every candidate keeps a measured range that brackets the whole plan; a coarse point of
@@ -34,6 +35,9 @@ BISECT_FACTOR = 4
 NEAR_TIE = 1.03
 #: A candidate this many times slower than the best at every measured neighbour of a point is not measured there.
 PRUNE_FACTOR = 3.0
+#: Statuses of a measured candidate that count as infinitely slow for ``pruned`` (a wrong answer is caught by the gate
+#: before timing but costs the gate's two batches: TORCH_SDPA cudnn, 37 of them in one tune, about 0.5 s each).
+FAILED = frozenset({"wrong_answer", "crashed", "timeout", "error"})
 #: Measured neighbours (nearest first, same kind, phase and spec) that decide ``pruned``; at least two are needed.
 PRUNE_NEIGHBOURS = 4
 
@@ -112,6 +116,14 @@ def _timings(records: Iterable[MeasurementRecord]) -> dict[str, dict[tuple[str, 
     return out
 
 
+def _failed(records: Iterable[MeasurementRecord]) -> dict[str, set[tuple[str, str]]]:
+    out: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for r in records:
+        if r.status in FAILED:
+            out[r.workload_key].add((r.backend, r.tactic))
+    return out
+
+
 def _crossed(p: dict[tuple[str, str], float], q: dict[tuple[str, str], float]) -> bool:
     """Whether different candidates win at two neighbours and the choice between them matters at either."""
     if not p or not q:
@@ -165,17 +177,11 @@ def pruned(
     item: PlanItem, measured: Sequence[PlanItem], records: Iterable[MeasurementRecord]
 ) -> frozenset[tuple[str, str]]:
     """The (backend, tactic) candidates not worth measuring at ``item`` (module docstring): ``PRUNE_FACTOR`` or more
-    slower than the best at each of its nearest neighbours where it was measured (``PRUNE_NEIGHBOURS`` of them, at
-    least two, across KV layouts; points that left it out do not count, so it stays left out between them). At a
-    coarse point (level 0) only a candidate measured at the point's twin in another layout."""
-    timed = _timings(records)
-    group, x, y = _layout_free(item)
-    near: list[tuple[float, dict[tuple[str, str], float]]] = []  # (squared distance, timings), nearest first
-    for m in measured:
-        g, mx, my = _layout_free(m)
-        if m.key != item.key and g == group and timed.get(m.key):
-            near.append(((mx - x) ** 2 + (my - y) ** 2, timed[m.key]))
-    near.sort(key=lambda d: d[0])
+    slower than the best, or failed, at each of its nearest neighbours where it was measured (``PRUNE_NEIGHBOURS`` of
+    them, at least two, across KV layouts; points that left it out do not count, so it stays left out between them).
+    At a coarse point (level 0) only a candidate measured at the point's twin in another layout."""
+    records = list(records)
+    near = _neighbours(item, measured, _timings(records), _failed(records))
     twin = near[0][1] if near and near[0][0] == 0 else {}
     if item.level == 0 and not twin:
         return frozenset()
@@ -187,6 +193,25 @@ def pruned(
         if len(seen) >= 2 and all(t[c] >= PRUNE_FACTOR * min(t.values()) for t in seen):
             left_out.add(c)
     return frozenset(left_out)
+
+
+def _neighbours(
+    item: PlanItem,
+    measured: Sequence[PlanItem],
+    timed: dict[str, dict[tuple[str, str], float]],
+    failed: dict[str, set[tuple[str, str]]],
+) -> list[tuple[float, dict[tuple[str, str], float]]]:
+    """(squared distance, latency per candidate) of the measured points in ``item``'s group, nearest first; a failed
+    candidate's latency is infinite. Only points where some candidate timed ok count (their best is finite)."""
+    group, x, y = _layout_free(item)
+    near = []
+    for m in measured:
+        g, mx, my = _layout_free(m)
+        if m.key != item.key and g == group and timed.get(m.key):
+            lat = {c: math.inf for c in failed.get(m.key, ())} | timed[m.key]
+            near.append(((mx - x) ** 2 + (my - y) ** 2, lat))
+    near.sort(key=lambda d: d[0])
+    return near
 
 
 def _layout_free(item: PlanItem) -> tuple[tuple, float, float]:

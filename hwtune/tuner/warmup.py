@@ -17,6 +17,8 @@ chunk, on the longest prefix), so those compiles run here in parallel with Flash
 
 from __future__ import annotations
 
+import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from queue import Empty, Queue
@@ -33,6 +35,8 @@ from hwtune.tuner.run import describe_item
 
 #: Statuses of a warm-up job whose kernels may not have compiled (a wrong answer or a refusal ran or decided them).
 FAILED = ("error", "crashed", "timeout")
+
+log = logging.getLogger(__name__)
 
 _TINY = TimingOptions(time_cap_s=0.01, min_reps=1, max_reps=2, batch=1, warmup=0, flush_l2=False)
 
@@ -111,6 +115,8 @@ def warm_up(
     for job in todo:
         queue.put(job)
 
+    start = time.monotonic()
+
     def run() -> list[tuple[str, float | None, str | None]]:
         out = []
         with WorkerPool() as pool:
@@ -119,10 +125,20 @@ def warm_up(
                     w, c = queue.get_nowait()
                 except Empty:
                     return out
+                t0 = time.monotonic()
                 [rec] = measure_attention(
                     w, [c], device="cuda", profile=profile, timing=_TINY, timeout_s=900, pool=pool
                 )
                 name = f"{c.backend}/{c.tactic}"
+                log.info(
+                    "warm-up %s %s: %s, compile %.1f s, from %.1f s to %.1f s",
+                    name,
+                    describe_item(PlanItem(w)),
+                    rec.status,
+                    rec.compile_time_s or 0.0,
+                    t0 - start,
+                    time.monotonic() - start,
+                )
                 failed = f"{name} {describe_item(PlanItem(w))}: {rec.status} {rec.message}"
                 out.append((name, rec.compile_time_s, failed if rec.status in FAILED else None))
 

@@ -141,3 +141,23 @@ def test_points_that_left_a_candidate_out_do_not_bring_it_back() -> None:
         rec += timed(p, fa2=10.0)  # FLEX left out there
     point = PlanItem(AttentionWorkload(SPEC, "decode", 32, 512), level=2)
     assert pruned(point, coarse + refined, rec) == {("FLEX_ATTENTION", "compiled")}
+
+
+def test_a_candidate_that_failed_at_every_measured_neighbour_is_pruned_there() -> None:
+    """A wrong answer (or crash, error, timeout) counts as infinitely slow: TORCH_SDPA cudnn wrong at both neighbours
+    is not gated again between them; wrong at one and close at the other, it is measured; a neighbour where nothing
+    timed ok is no evidence."""
+    lo, hi, mid = decode(1, 512), decode(1, 8192), PlanItem(AttentionWorkload(SPEC, "decode", 1, 2048), level=1)
+
+    def wrong(item: PlanItem, status: str = "wrong_answer") -> list[MeasurementRecord]:
+        w = item.workload
+        return [MeasurementRecord("attention", w.to_dict(), w.key(), "TORCH_SDPA", "cudnn", status)]
+
+    rec = timed(lo, fa2=10.0) + timed(hi, fa2=20.0) + wrong(lo) + wrong(hi, "crashed")
+    assert pruned(mid, [lo, hi], rec) == {("TORCH_SDPA", "cudnn")}
+    close = timed(lo, fa2=10.0) + timed(hi, fa2=20.0) + wrong(lo) + timed(hi, "TORCH_SDPA", cudnn=25.0)
+    assert pruned(mid, [lo, hi], close) == frozenset()
+    # unsupported is a refusal, not a measurement; a neighbour with no ok record has no best to compare against
+    refused = timed(lo, fa2=10.0) + timed(hi, fa2=20.0) + wrong(lo, "unsupported") + wrong(hi, "unsupported")
+    assert pruned(mid, [lo, hi], refused) == frozenset()
+    assert pruned(mid, [lo, hi], wrong(lo) + wrong(hi)) == frozenset()
