@@ -3,7 +3,11 @@
 Each timed iteration: flush L2 (zero a buffer twice its size, so small shapes are not timed from cache),
 let the GPU spin briefly so the host can enqueue the candidate ahead of it (launch overhead stays out of
 the interval), then time the candidate alone between two CUDA events; CUDA-graph replay where the
-candidate supports graphs, plain calls otherwise. Iterations continue in batches until the distribution-free
+candidate supports graphs, plain calls otherwise. A plain call's spin is sized to its host time, measured
+after warm-up while the GPU is busy (``host_lead``): a fixed spin shorter than the host's launch sequence (PyTorch
+ops, dynamo's guards) put host time into the interval, and that varies between processes (a fresh `bench` against a
+long-lived tune worker). A call that waits for the GPU (a host sync) cannot be timed free of host time; it is
+said in the report. Iterations continue in batches until the distribution-free
 95 % confidence interval of the median is within ``target_ci`` of it, or the per-candidate time cap is hit.
 Warm-up (and JIT compilation, which happens at the first call) is excluded.
 """
@@ -34,8 +38,14 @@ class TimingOptions:
     batch: int = 20
     flush_l2: bool = True
     use_graphs: bool = True
-    #: GPU spin before each timed iteration, in microseconds (hides host launch overhead of eager calls).
+    #: GPU spin before each timed iteration, in microseconds (hides host launch overhead of eager calls); at least
+    #: this, longer for a plain call whose host time needs it (``host_lead``). 0: no spin.
     lead_us: float = 80.0
+
+
+#: GPU spin while a plain call's host time is measured: longer than any launch sequence, so a call that returns
+#: only after it ended waited for the GPU.
+PROBE_SPIN_US = 5000.0
 
 
 def median_ci_rel(samples: list[float]) -> float:
@@ -81,24 +91,23 @@ def time_cuda(
     l2_bytes: int,
     opts: TimingOptions | None = None,
     graph: Any | None = None,
+    report: dict[str, Any] | None = None,
 ) -> tuple[LatencyStats, str]:
-    """Per-iteration CUDA-event times of ``fn`` (or of ``graph.replay()`` when a captured graph is given)."""
+    """Per-iteration CUDA-event times of ``fn`` (or of ``graph.replay()`` when a captured graph is given). For a
+    plain call, ``report`` (if given) gets its host time, the spin used and whether it synchronised."""
     import torch
 
     opts = opts or TimingOptions()
     run = graph.replay if graph is not None else fn
     flush = torch.empty(max(2 * l2_bytes, 1 << 20), dtype=torch.uint8, device="cuda") if opts.flush_l2 else None
-    cycles = int(opts.lead_us * _clock_mhz())
-    warm_start = time.perf_counter()
-    n = 0
-    while n < opts.warmup or (time.perf_counter() - warm_start) * 1e3 < opts.warmup_ms:
-        if flush is not None:
-            flush.zero_()
-        run()
-        n += 1
-        if n % 8 == 0:
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
+    _warm_up(run, flush, opts)
+    lead_us = opts.lead_us
+    if graph is None and lead_us > 0:
+        host_us, synced = host_lead(run)
+        lead_us = lead_us if synced else max(lead_us, 1.5 * host_us + 20.0)
+        if report is not None:
+            report.update(host_us=round(host_us, 1), lead_us=round(lead_us, 1), host_sync=synced)
+    cycles = int(lead_us * _clock_mhz())
     samples: list[float] = []
     started = time.perf_counter()
     while not _done(samples, opts, started):
@@ -117,6 +126,37 @@ def time_cuda(
         samples.extend(start.elapsed_time(end) * 1e3 for start, end in events)
     method = "cuda_graph" if graph is not None else "cuda_events"
     return LatencyStats.from_samples(samples, ci95_rel=median_ci_rel(samples)), method
+
+
+def _warm_up(run: Callable[[], Any], flush: Any, opts: TimingOptions) -> None:
+    """``opts.warmup`` calls and at least ``opts.warmup_ms``, so clocks have ramped before timing."""
+    import torch
+
+    warm_start = time.perf_counter()
+    n = 0
+    while n < opts.warmup or (time.perf_counter() - warm_start) * 1e3 < opts.warmup_ms:
+        if flush is not None:
+            flush.zero_()
+        run()
+        n += 1
+        if n % 8 == 0:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+
+
+def host_lead(run: Callable[[], Any], tries: int = 3) -> tuple[float, bool]:
+    """The host time of one call of ``run`` in microseconds (the most of ``tries``), each made while the GPU spins
+    ``PROBE_SPIN_US``, and whether the call waited for the GPU (returned only after most of the spin: a host sync)."""
+    import torch
+
+    worst = 0.0
+    for _ in range(tries):
+        torch.cuda._sleep(int(PROBE_SPIN_US * _clock_mhz()))
+        t0 = time.perf_counter()
+        run()
+        worst = max(worst, (time.perf_counter() - t0) * 1e6)
+        torch.cuda.synchronize()
+    return worst, worst >= 0.8 * PROBE_SPIN_US
 
 
 @functools.cache

@@ -259,7 +259,7 @@ def _measure(
         extra["dcp_prefill"] = f"timed: rank 0 of {workload.spec.dcp_size} (its prefix share, new tokens, merges)"
     if device == "cuda":
         l2 = int(job.get("l2_bytes") or torch.cuda.get_device_properties(0).L2_cache_size)
-        stats, method = time_cuda(runner.run, l2_bytes=l2, opts=opts, graph=graph)
+        stats, method = time_cuda(runner.run, l2_bytes=l2, opts=opts, graph=graph, report=extra)
     else:
         stats, method = time_cpu(runner.run, opts)
     return {

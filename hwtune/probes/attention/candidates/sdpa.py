@@ -105,6 +105,9 @@ class SdpaRunner(Runner):
         offs = torch.arange(self.mq, device=dev)[None, :]
         self.q_valid = offs < torch.tensor(qlens, device=dev)[:, None]  # [B, Mq]
         self.q_src = torch.where(self.q_valid, starts[:, None] + offs, torch.zeros_like(offs))
+        # the output rows of real queries in [B * Mq], as indices: a boolean mask would make the host wait for the GPU
+        self.out_rows = self.q_valid.reshape(-1).nonzero().squeeze(1)
+        self.dense_q = self.mq == 1 and min(qlens) == 1  # every request has its one query: q as it is
         self.expand = problem.spec.gqa_group > 1 and self.tactic in ("efficient", "cudnn")
         self.b = b
 
@@ -112,7 +115,7 @@ class SdpaRunner(Runner):
         p = self.problem
         assert p is not None and self.out is not None
         k, v = gather_padded(p, self.length)
-        q = p.q if self.mq == 1 and self.q_valid.all() else p.q[self.q_src.reshape(-1)]
+        q = p.q if self.dense_q else p.q[self.q_src.reshape(-1)]
         q = q.reshape(self.b, self.mq, *p.q.shape[1:]).transpose(1, 2)  # [B, H, Mq, D]
         if self.sinks is not None:
             q, k, v = self._with_sink_column(q, k, v)
@@ -136,7 +139,8 @@ class SdpaRunner(Runner):
             raise
         if self.sinks is not None:
             o = o[..., : p.spec.head_size]
-        self.out.copy_(o.transpose(1, 2)[self.q_valid])
+        o = o.transpose(1, 2).reshape(self.b * self.mq, o.shape[1], o.shape[3])  # [B * Mq, H, D]
+        self.out.copy_(o[self.out_rows])
 
     def _with_sink_column(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
