@@ -18,10 +18,11 @@ chunk, on the longest prefix), so those compiles run here in parallel with Flash
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from queue import Empty, Queue
 from typing import Callable
 
 from hwtune.core import catalogue
@@ -105,30 +106,28 @@ def warm_up(
 ) -> dict[str, float]:
     """Compile every variant the plan needs; returns the longest compile time per backend/tactic. ``parallel``
     worker processes take the jobs from one queue, longest expected compile first (``by_expected_compile``), so that
-    no process is left with several long ones while the others idle. A job that fails (its kernels then compile when
+    no process is left with several long ones while the others idle, and never two jobs of one ``family`` at once
+    (the second would wait for the first's compile). A job that fails (its kernels then compile when
     first measured) is said in ``notes``."""
     todo = by_expected_compile(jobs(plan, profile, backends))
     if not todo:
         return {}
     times: dict[str, float] = {}
-    queue: Queue[tuple[AttentionWorkload, Planned]] = Queue()
-    for job in todo:
-        queue.put(job)
-
+    queue = _Jobs(todo)
     start = time.monotonic()
 
     def run() -> list[tuple[str, float | None, str | None]]:
         out = []
         with WorkerPool() as pool:
-            while True:
-                try:
-                    w, c = queue.get_nowait()
-                except Empty:
-                    return out
+            while (job := queue.take()) is not None:
+                w, c = job
                 t0 = time.monotonic()
-                [rec] = measure_attention(
-                    w, [c], device="cuda", profile=profile, timing=_TINY, timeout_s=900, pool=pool
-                )
+                try:
+                    [rec] = measure_attention(
+                        w, [c], device="cuda", profile=profile, timing=_TINY, timeout_s=900, pool=pool
+                    )
+                finally:
+                    queue.done(job)
                 name = f"{c.backend}/{c.tactic}"
                 log.info(
                     "warm-up %s %s: %s, compile %.1f s, from %.1f s to %.1f s",
@@ -141,6 +140,7 @@ def warm_up(
                 )
                 failed = f"{name} {describe_item(PlanItem(w))}: {rec.status} {rec.message}"
                 out.append((name, rec.compile_time_s, failed if rec.status in FAILED else None))
+        return out
 
     n = max(1, min(parallel, len(todo)))
     if progress:
@@ -161,6 +161,43 @@ def warm_up(
     if progress:
         progress("warmup", len(todo), len(todo), "kernels compiled")
     return times
+
+
+def family(job: tuple[AttentionWorkload, Planned]) -> tuple:
+    """The jobs that compile the same kernels as ``job``. A JIT tactic builds one module per spec that serves every
+    phase and KV layout (FlashInfer's fa3 decode, prefill and mixed jobs all waited 93 s on one module build in a tune
+    on an H100, 2026-11-27, holding three of four processes; FlashInfer locks a module while it builds it); a searched
+    tactic compiles per kernel class, so its family is the job's own workload, in either layout."""
+    w, c = job
+    spec = replace(w.spec, kv_layout="auto")
+    if _searched(c):
+        return spec, c.backend, c.tactic, w.phase, w.query_len, w.batch, w.context_len
+    return spec, c.backend, c.tactic
+
+
+class _Jobs:
+    """The warm-up's jobs in order; ``take`` gives the first whose family has no job running, waiting while every job
+    left has one (``family``), and None when none is left."""
+
+    def __init__(self, todo: list[tuple[AttentionWorkload, Planned]]) -> None:
+        self.todo = list(todo)
+        self.running: Counter[tuple] = Counter()
+        self.changed = threading.Condition()
+
+    def take(self) -> tuple[AttentionWorkload, Planned] | None:
+        with self.changed:
+            while self.todo:
+                for i, job in enumerate(self.todo):
+                    if not self.running[family(job)]:
+                        self.running[family(job)] += 1
+                        return self.todo.pop(i)
+                self.changed.wait()
+            return None
+
+    def done(self, job: tuple[AttentionWorkload, Planned]) -> None:
+        with self.changed:
+            self.running[family(job)] -= 1
+            self.changed.notify_all()
 
 
 def by_expected_compile(todo: list[tuple[AttentionWorkload, Planned]]) -> list[tuple[AttentionWorkload, Planned]]:

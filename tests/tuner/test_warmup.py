@@ -100,3 +100,48 @@ def test_a_job_repeated_in_the_other_layout_waits_for_every_first_one() -> None:
     fa3, cheap = Planned("FLASHINFER", "fa3"), Planned("TORCH_SDPA", "math")
     order = warmup.by_expected_compile([(nhd, fa3), (nhd, cheap), (hnd, fa3), (hnd, cheap)])
     assert order == [(nhd, fa3), (nhd, cheap), (hnd, fa3), (hnd, cheap)]
+
+
+def test_jobs_that_compile_one_module_never_run_at_once(monkeypatch) -> None:  # noqa: ANN001
+    """FlashInfer builds one module per tactic for every phase and layout: its decode, prefill and mixed jobs run one
+    after another while the other processes compile something else; a searched tactic's jobs (one kernel class each)
+    may run side by side, but not a job and its twin in the other layout."""
+    import threading
+    import time
+    from contextlib import nullcontext
+
+    from hwtune.core.records import LatencyStats, MeasurementRecord
+
+    cands = [Planned("FLASHINFER", "fa3"), Planned("HWTUNE_TRITON_ATTN", "tuned"), Planned("TORCH_SDPA", "math")]
+    monkeypatch.setattr(warmup, "plan_candidates", lambda w, profile, backends: cands)
+    monkeypatch.setattr(warmup, "WorkerPool", nullcontext)
+    lock = threading.Lock()
+    running: Counter[tuple] = Counter()
+    overlaps: list[tuple] = []
+    most = Counter()
+
+    def measure(w, cands, **kw):  # noqa: ANN001, ANN003, ANN202
+        [c] = cands
+        fam = warmup.family((w, c))
+        with lock:
+            running[fam] += 1
+            if running[fam] > 1:
+                overlaps.append(fam)
+            most["together"] = max(most["together"], sum(running.values()))
+        time.sleep(0.02)
+        with lock:
+            running[fam] -= 1
+        stats = LatencyStats.from_samples([10.0])
+        return [MeasurementRecord("attention", w.to_dict(), w.key(), c.backend, c.tactic, "ok", stats=stats)]
+
+    monkeypatch.setattr(warmup, "measure_attention", measure)
+    profile = simulated("h100")
+    plan = plan_from_model(MODEL, tp=1, kinds=["attention"], device=profile)  # both layouts
+    todo = warmup.jobs(plan, profile, None)
+    fa3 = {warmup.family(j) for j in todo if j[1].tactic == "fa3"}
+    assert len(fa3) == 1 and sum(j[1].tactic == "fa3" for j in todo) >= 4  # phases x layouts, one module
+    tuned = {warmup.family(j) for j in todo if j[1].tactic == "tuned"}
+    assert 1 < len(tuned) < sum(j[1].tactic == "tuned" for j in todo)  # layouts share, kernel classes do not
+    warmup.warm_up(plan, profile, None, parallel=4)
+    assert not overlaps
+    assert most["together"] >= 3  # the processes did not queue behind one another
