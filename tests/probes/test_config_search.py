@@ -4,6 +4,7 @@ are timed through a captured graph (the probe's own timing), and the fastest by 
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -37,10 +38,12 @@ def timed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         fn()
         if CURRENT["cfg"].fails == "capture":
             raise RuntimeError("operation not permitted when stream is capturing")
-        return SimpleNamespace(cfg=CURRENT["cfg"])
+        return SimpleNamespace(cfg=CURRENT["cfg"], out=weakref.ref(CURRENT["out"]))
 
     def time_cuda(fn, *, l2_bytes, opts, graph):  # noqa: ANN001, ANN202
         assert graph is not None and l2_bytes == 1 << 20
+        # a replay writes where the captured call wrote: that tensor must still be alive (a freed one is reused)
+        assert graph.out() is not None, f"{graph.cfg.name()}'s graph replays into a freed output"
         assert opts in (config_search.SCREEN_TIMING, config_search.SEARCH_TIMING)
         screen = opts is config_search.SCREEN_TIMING
         seen.append(("screen " if screen else "") + graph.cfg.name())
@@ -52,11 +55,11 @@ def timed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-CURRENT: dict[str, Cfg] = {}
+CURRENT: dict[str, object] = {}
 
 
 def _call(cfg: Cfg, out: torch.Tensor) -> None:
-    CURRENT["cfg"] = cfg
+    CURRENT["cfg"], CURRENT["out"] = cfg, out
     if cfg.fails == "compile":
         raise RuntimeError("out of resource: shared memory")
     out.fill_(2.0 if cfg.fails == "wrong" else 1.0)

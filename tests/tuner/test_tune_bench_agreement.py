@@ -11,7 +11,8 @@ one tuner and requires every result to be a compiled, correct, timed measurement
 
 Timing agreement itself (stored median against a fresh `bench`) is measured by benchmarks/tune_vs_bench.py:
 on a shared 2-core CI machine the same CPU measurement varies by 2-5x between runs, so a timed comparison
-here could not fail for the right reason only.
+here could not fail for the right reason only. On a GPU, whose timings hold GPU time only (``probes.timing``: the
+spin before a plain call covers its host time), the last test asserts 3 %.
 """
 
 from __future__ import annotations
@@ -79,11 +80,10 @@ def test_dynamic_shape_compiles_are_reset_per_spec_on_cuda_and_per_job_on_cpu(mo
     assert len(resets) == 3
 
 
-#: Llama-3.1-8B's attention on a GPU: decode at two batches and a prefill chunk on a cached prefix.
+#: Llama-3.1-8B's attention on a GPU: a decode batch and a prefill chunk on a cached prefix.
 GPU_SPEC = AttentionSpec(num_heads=32, num_kv_heads=8, head_size=128)
 GPU_WORKLOADS = [
     AttentionWorkload(GPU_SPEC, "decode", batch=16, context_len=2048),
-    AttentionWorkload(GPU_SPEC, "decode", batch=64, context_len=2048),
     AttentionWorkload(GPU_SPEC, "prefill", batch=1, context_len=2048, query_len=512),
 ]
 #: A fresh process's median within this of the tune's stored median (issue 17: 3 % on an H100).
@@ -92,33 +92,27 @@ GPU_AGREEMENT = 0.03
 
 @pytest.mark.gpu
 def test_tune_stores_what_a_fresh_bench_measures_on_the_gpu(tmp_path: Path) -> None:
-    """Every GPU backend and tactic valid here, tuned through one long-lived worker, against the median of two fresh
-    `bench` processes per workload (benchmarks/tune_vs_bench.py reports the same at more shapes)."""
-    import statistics
-
+    """Every GPU backend and tactic valid here, tuned through one long-lived worker, against a fresh `bench` process
+    per workload (benchmarks/tune_vs_bench.py reports the same at more shapes, over several rounds). Each fresh
+    process pays its start, FLEX's compile and every candidate's gate again: with three workloads and two rounds this
+    test did not finish within 270 s on an H100 whose kernels were cached."""
     from hwtune.core.detect import detect
     from hwtune.probes.attention.measure import measure_attention, plan_candidates
     from hwtune.probes.timing import TimingOptions
 
     profile = detect()
-    plan = Plan(name="tune vs bench", items=[PlanItem(w, 0) for w in GPU_WORKLOADS], time_cap_s=0.5)
+    timing = TimingOptions(time_cap_s=0.3)
+    plan = Plan(name="tune vs bench", items=[PlanItem(w, 0) for w in GPU_WORKLOADS], time_cap_s=0.3)
     with Store.open(f"sqlite:///{tmp_path / 'r.db'}") as store:
-        report = Tuner(plan, store, TuneOptions(device="cuda", time_cap_s=0.5), profile=profile).run()
+        report = Tuner(plan, store, TuneOptions(device="cuda", time_cap_s=0.3), profile=profile).run()
         stored = {(r.workload_key, r.backend, r.tactic): r for r in store.measurements(run_id=report.run_id) if r.ok}
-    fresh: dict[tuple[str, str, str], list[float]] = {}
-    for _ in range(2):
-        for w in GPU_WORKLOADS:
-            planned = [c for c in plan_candidates(w, profile) if c.runnable]
-            for r in measure_attention(
-                w, planned, device="cuda", profile=profile, timing=TimingOptions(time_cap_s=0.5)
-            ):
-                if r.ok and r.stats:
-                    fresh.setdefault((r.workload_key, r.backend, r.tactic), []).append(r.stats.median_us)
-    ratios = {
-        key: rec.stats.median_us / statistics.median(fresh[key])
-        for key, rec in stored.items()
-        if rec.stats and key in fresh
-    }
+    fresh: dict[tuple[str, str, str], float] = {}
+    for w in GPU_WORKLOADS:
+        planned = [c for c in plan_candidates(w, profile) if c.runnable]
+        for r in measure_attention(w, planned, device="cuda", profile=profile, timing=timing):
+            if r.ok and r.stats:
+                fresh[(r.workload_key, r.backend, r.tactic)] = r.stats.median_us
+    ratios = {key: rec.stats.median_us / fresh[key] for key, rec in stored.items() if rec.stats and key in fresh}
     assert {b for _, b, _ in ratios} >= {"FLASHINFER", "TORCH_SDPA", "FLEX_ATTENTION", "HWTUNE_TRITON_ATTN"} & {
         b for _, b, _ in stored
     }

@@ -48,8 +48,12 @@ def fastest_config(
     ref = torch.empty_like(like)
     call(space[0], ref)
     graphs, screened, rejected = {}, {}, []
+    # Every config, and every captured graph, writes into this one tensor, alive until the last replay: a graph
+    # replays into the addresses it captured, so a per-config output freed after its screen would be reused by
+    # later allocations, and the finalists' replays would write into them.
+    out = torch.empty_like(like)
     for i, cfg in enumerate(space):
-        out = torch.empty_like(like)
+        out.fill_(float("nan"))  # a config that writes nothing cannot pass as the last one's output
         try:
             call(cfg, out)
             torch.cuda.synchronize()
