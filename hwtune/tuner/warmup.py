@@ -66,10 +66,11 @@ def _longest(w: AttentionWorkload, longest: AttentionWorkload) -> AttentionWorkl
 
 
 def jobs(
-    plan: Plan, profile: DeviceProfile, backends: tuple[str, ...] | None
+    plan: Plan, profile: DeviceProfile, backends: tuple[str, ...] | None, *, assume_installed: bool = False
 ) -> list[tuple[AttentionWorkload, Planned]]:
     """One small job per (spec, phase, backend, tactic) the plan will run, and for a searched tactic one more at its
-    group's longest context (module docstring)."""
+    group's longest context (module docstring). ``assume_installed``: as ``plan_candidates`` (a dry run's estimate
+    for another machine)."""
     seen: set[tuple] = set()
     out = []
     longest: dict[tuple, AttentionWorkload] = {}
@@ -83,7 +84,7 @@ def jobs(
         w = item.workload
         if not isinstance(w, AttentionWorkload):
             continue
-        for c in plan_candidates(w, profile, item.backends or backends):
+        for c in plan_candidates(w, profile, item.backends or backends, assume_installed=assume_installed):
             key = (w.spec, w.phase, w.query_len if w.phase == "decode" else 0, c.backend, c.tactic)
             if c.runnable and not catalogue.get("attention", c.backend).compile_per_shape and key not in seen:
                 seen.add(key)

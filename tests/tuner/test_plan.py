@@ -1,6 +1,7 @@
 """Plans from model configs, TOML files and defaults; refinement ordering."""
 
 import json
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -333,3 +334,25 @@ def test_a_model_mixing_windowed_and_full_attention_layers_measures_both_kinds()
     assert len(plan.notes) == len(set(plan.notes))
     llama = plan_from_model(MODELS / "llama-3.1-8b.json", kinds=["attention"], device=simulated("h100"))
     assert {i.workload.spec.sliding_window for i in llama.items} == {None}
+
+
+def test_the_estimate_runs_the_warm_up_in_parallel_and_compiles_a_module_once() -> None:
+    """The warm-up compiles in parallel processes (its wall time is the busiest process's), a JIT tactic's module once
+    for every phase and layout, and what it compiled is not charged again in the measurement loop."""
+    from hwtune.core import catalogue
+    from hwtune.tuner.estimate import WARM_JOB_S, candidate_seconds, estimate_seconds, warmup_seconds
+    from hwtune.tuner.warmup import jobs
+
+    h100 = simulated("h100")
+    plan = plan_from_model(MODELS / "llama-3.1-8b.json", device=h100)  # both layouts, three phases
+    fa3 = ("FLASHINFER:fa3",)
+    n_jobs = len(jobs(plan, h100, fa3, assume_installed=True))
+    compile_s = catalogue.get("attention", "FLASHINFER").tactic("fa3").compile_s
+    assert n_jobs >= 4
+    assert warmup_seconds(plan, h100, fa3, parallel=1) == compile_s + (n_jobs - 1) * WARM_JOB_S
+    assert warmup_seconds(plan, h100, fa3, parallel=4) == compile_s  # the repeats run beside it
+    n = sum(1 for i in plan.items if i.kind == "attention")
+    assert estimate_seconds(plan, h100, fa3) == math.ceil(compile_s + n * candidate_seconds(plan.time_cap_s))
+    every = (None, 1), (None, 4)
+    serial, parallel = (warmup_seconds(plan, h100, b, parallel=p) for b, p in every)
+    assert parallel < serial / 2

@@ -387,8 +387,10 @@ HWTUNE_TRITON_ATTN = Backend(
             compile_s=60,
             # the search per later workload (H100, 2026-11-27, benchmarks/experiments/triton_specialization.py):
             # 0.4-2.4 s where its kernels' constexpr class was compiled before, 36-40 s for a new one (a plan meets
-            # about 6: split or not, prefill KV in L2 or not); mean 9.9 s over an experiment's 17 workloads
-            recompile_s=5,
+            # about 6: split or not, prefill KV in L2 or not); mean 9.9 s over an experiment's 17 workloads. The
+            # warm-up compiles those classes up front: in the every-backend tune of that day (98 workloads) the
+            # search took 0.28 s median, 0.78 mean, 7.5 at most (a 8192-token chunk on a 32768-token prefix)
+            recompile_s=1,
             quick=False,
         ),
     ),
