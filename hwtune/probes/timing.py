@@ -145,18 +145,20 @@ def _warm_up(run: Callable[[], Any], flush: Any, opts: TimingOptions) -> None:
 
 
 def host_lead(run: Callable[[], Any], tries: int = 3) -> tuple[float, bool]:
-    """The host time of one call of ``run`` in microseconds (the most of ``tries``), each made while the GPU spins
-    ``PROBE_SPIN_US``, and whether the call waited for the GPU (returned only after most of the spin: a host sync)."""
+    """The host time of one call of ``run`` in microseconds (the median of ``tries``), each call made while the GPU
+    spins ``PROBE_SPIN_US``, and whether the call waits for the GPU: even its fastest try returned only after most of
+    the spin (one slow try, a garbage collection or an allocator's slow path, is not a sync)."""
     import torch
 
-    worst = 0.0
+    times = []
     for _ in range(tries):
         torch.cuda._sleep(int(PROBE_SPIN_US * _clock_mhz()))
         t0 = time.perf_counter()
         run()
-        worst = max(worst, (time.perf_counter() - t0) * 1e6)
+        times.append((time.perf_counter() - t0) * 1e6)
         torch.cuda.synchronize()
-    return worst, worst >= 0.8 * PROBE_SPIN_US
+    times.sort()
+    return times[len(times) // 2], times[0] >= 0.8 * PROBE_SPIN_US
 
 
 @functools.cache

@@ -19,8 +19,10 @@ class FakeGpu:
 
     def __init__(self) -> None:
         self.busy_until = time.perf_counter()
+        self.spins: list[float] = []  # microseconds
 
     def sleep(self, cycles: int) -> None:
+        self.spins.append(cycles / timing._clock_mhz())
         self.busy_until = max(self.busy_until, time.perf_counter()) + cycles / timing._clock_mhz() / 1e6
 
     def synchronize(self) -> None:
@@ -42,6 +44,38 @@ def test_host_time_is_measured_and_a_waiting_call_is_detected(gpu: FakeGpu) -> N
     assert 400 < host_us < 0.8 * timing.PROBE_SPIN_US and not synced
     host_us, synced = timing.host_lead(gpu.synchronize)  # a call that waits for the GPU, as .item() does
     assert synced and host_us >= 0.8 * timing.PROBE_SPIN_US
+    slow_once = iter([0.0045, 0.0003, 0.0003])  # one try slowed down (a garbage collection, say) is no sync
+    host_us, synced = timing.host_lead(lambda: time.sleep(next(slow_once)))
+    assert not synced and host_us < 1000
+
+
+class FakeEvent:
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.t = 0.0
+
+    def record(self) -> None:
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end: "FakeEvent") -> float:
+        return (end.t - self.t) * 1e3
+
+
+def test_the_spin_before_each_timed_plain_call_covers_its_host_time(
+    gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    opts = timing.TimingOptions(time_cap_s=0.05, min_reps=6, max_reps=6, batch=6, flush_l2=False, warmup_ms=1)
+    report: dict = {}
+    timing.time_cuda(lambda: time.sleep(0.0004), l2_bytes=0, opts=opts, report=report)
+    assert not report["host_sync"] and 300 < report["host_us"] < 2000
+    assert abs(report["lead_us"] - max(opts.lead_us, 1.5 * report["host_us"] + 20.0)) < 0.2
+    timed_spins = gpu.spins[-6:]  # one before each timed call, after the probe's
+    assert all(abs(us - report["lead_us"]) < 1 for us in timed_spins)
+    report.clear()
+    timing.time_cuda(gpu.synchronize, l2_bytes=0, opts=opts, report=report)
+    assert report["host_sync"] and report["lead_us"] == opts.lead_us
 
 
 SPEC = AttentionSpec(32, 8, 128)
