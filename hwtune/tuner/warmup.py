@@ -123,12 +123,13 @@ def warm_up(
             while (job := queue.take()) is not None:
                 w, c = job
                 t0 = time.monotonic()
+                rec = None
                 try:
                     [rec] = measure_attention(
                         w, [c], device="cuda", profile=profile, timing=_TINY, timeout_s=900, pool=pool
                     )
                 finally:
-                    queue.done(job)
+                    queue.done(job, failed=rec is None or rec.status in FAILED)
                 name = f"{c.backend}/{c.tactic}"
                 log.info(
                     "warm-up %s %s: %s, compile %.1f s, from %.1f s to %.1f s",
@@ -155,9 +156,10 @@ def warm_up(
         if failure:
             failures.append(failure[:300])
     if failures and notes is not None:
+        skipped = f" ({queue.dropped} more of their compile families not tried)" if queue.dropped else ""
         notes.append(
-            f"warm-up: {len(failures)} of {len(todo)} kernel variant job(s) failed, so their kernels compile when "
-            f"first measured (timed there as compilation): {'; '.join(failures)}"
+            f"warm-up: {len(failures)} of {len(todo)} kernel variant job(s) failed{skipped}, so their kernels compile "
+            f"when first measured (timed there as compilation): {'; '.join(failures)}"
         )
     if progress:
         progress("warmup", len(todo), len(todo), "kernels compiled")
@@ -178,12 +180,14 @@ def family(job: tuple[AttentionWorkload, Planned]) -> tuple:
 
 class _Jobs:
     """The warm-up's jobs in order; ``take`` gives the first whose family has no job running, waiting while every job
-    left has one (``family``), and None when none is left."""
+    left has one (``family``), and None when none is left. A failed job drops the rest of its family (they would
+    only try the same compile again, one after another, up to the job timeout each); ``dropped`` counts them."""
 
     def __init__(self, todo: list[tuple[AttentionWorkload, Planned]]) -> None:
         self.todo = list(todo)
         self.running: Counter[tuple] = Counter()
         self.changed = threading.Condition()
+        self.dropped = 0
 
     def take(self) -> tuple[AttentionWorkload, Planned] | None:
         with self.changed:
@@ -195,9 +199,14 @@ class _Jobs:
                 self.changed.wait()
             return None
 
-    def done(self, job: tuple[AttentionWorkload, Planned]) -> None:
+    def done(self, job: tuple[AttentionWorkload, Planned], failed: bool = False) -> None:
         with self.changed:
-            self.running[family(job)] -= 1
+            fam = family(job)
+            self.running[fam] -= 1
+            if failed:
+                left = [j for j in self.todo if family(j) != fam]
+                self.dropped += len(self.todo) - len(left)
+                self.todo = left
             self.changed.notify_all()
 
 

@@ -62,6 +62,8 @@ def _call(cfg: Cfg, out: torch.Tensor) -> None:
     CURRENT["cfg"], CURRENT["out"] = cfg, out
     if cfg.fails == "compile":
         raise RuntimeError("out of resource: shared memory")
+    if cfg.fails == "nothing":  # a launch that does not write its output: what the tensor held must not pass
+        return
     out.fill_(2.0 if cfg.fails == "wrong" else 1.0)
 
 
@@ -71,16 +73,17 @@ def test_the_fastest_correct_capturable_config_wins_by_graph_timing(timed: list[
         Cfg("fast-but-wrong", 5.0, "wrong"),
         Cfg("no-compile", 4.0, "compile"),
         Cfg("no-capture", 3.0, "capture"),
+        Cfg("writes-nothing", 2.0, "nothing"),
         Cfg("faster", 12.0),
         Cfg("slower", 30.0),
     ]
     best, seen = config_search.fastest_config(space, _call, torch.zeros(4))
     assert best.name() == "faster"
     assert [t for t in timed if t.startswith("screen ")] == ["screen auto", "screen faster", "screen slower"]
-    assert seen["searched"] == 6 and seen["searched_us"] == {"auto": 20.0, "faster": 12.0, "slower": 30.0}
+    assert seen["searched"] == 7 and seen["searched_us"] == {"auto": 20.0, "faster": 12.0, "slower": 30.0}
     rejected = " | ".join(seen["rejected_configs"])
     assert "fast-but-wrong: output differs" in rejected and "no-compile: RuntimeError" in rejected
-    assert "no-capture: not capturable" in rejected
+    assert "no-capture: not capturable" in rejected and "writes-nothing: output differs" in rejected
 
 
 def test_auto_is_kept_when_nothing_beats_it(timed: list[str]) -> None:

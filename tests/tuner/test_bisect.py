@@ -157,6 +157,8 @@ def test_a_candidate_that_failed_at_every_measured_neighbour_is_pruned_there() -
     assert pruned(mid, [lo, hi], rec) == {("TORCH_SDPA", "cudnn")}
     close = timed(lo, fa2=10.0) + timed(hi, fa2=20.0) + wrong(lo) + timed(hi, "TORCH_SDPA", cudnn=25.0)
     assert pruned(mid, [lo, hi], close) == frozenset()
+    # a point where it failed once and then timed ok (a later run) counts by its timing
+    assert pruned(mid, [lo, hi], close + wrong(hi)) == frozenset()
     # unsupported is a refusal, not a measurement; a neighbour with no ok record has no best to compare against
     refused = timed(lo, fa2=10.0) + timed(hi, fa2=20.0) + wrong(lo, "unsupported") + wrong(hi, "unsupported")
     assert pruned(mid, [lo, hi], refused) == frozenset()

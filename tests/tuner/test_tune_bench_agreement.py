@@ -91,6 +91,7 @@ GPU_AGREEMENT = 0.03
 
 
 @pytest.mark.gpu
+@pytest.mark.timeout(900)  # a cold machine compiles FlashInfer's kernels first (fa3: 93 s on an H100)
 def test_tune_stores_what_a_fresh_bench_measures_on_the_gpu(tmp_path: Path) -> None:
     """Every GPU backend and tactic valid here, tuned through one long-lived worker, against a fresh `bench` process
     per workload (benchmarks/tune_vs_bench.py reports the same at more shapes, over several rounds). Each fresh

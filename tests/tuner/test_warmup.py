@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 import hwtune.tuner.warmup as warmup
 from hwtune.core.devices import simulated
 from hwtune.probes.attention.measure import Planned
@@ -102,6 +104,7 @@ def test_a_job_repeated_in_the_other_layout_waits_for_every_first_one() -> None:
     assert order == [(nhd, fa3), (nhd, cheap), (hnd, fa3), (hnd, cheap)]
 
 
+@pytest.mark.timeout(60, method="thread")  # a lost wakeup would hang the executor's join, not fail
 def test_jobs_that_compile_one_module_never_run_at_once(monkeypatch) -> None:  # noqa: ANN001
     """FlashInfer builds one module per tactic for every phase and layout: its decode, prefill and mixed jobs run one
     after another while the other processes compile something else; a searched tactic's jobs (one kernel class each)
@@ -145,3 +148,38 @@ def test_jobs_that_compile_one_module_never_run_at_once(monkeypatch) -> None:  #
     warmup.warm_up(plan, profile, None, parallel=4)
     assert not overlaps
     assert most["together"] >= 3  # the processes did not queue behind one another
+
+
+@pytest.mark.timeout(60, method="thread")
+def test_a_failed_job_drops_the_rest_of_its_compile_family(monkeypatch) -> None:  # noqa: ANN001
+    """fa3's module build timing out in one job is not tried again by its other phases and layouts (each could wait
+    out the job timeout); other families go on, and the note counts what was dropped."""
+    from contextlib import nullcontext
+
+    from hwtune.core.records import LatencyStats, MeasurementRecord
+
+    cands = [Planned("FLASHINFER", "fa3"), Planned("TORCH_SDPA", "math")]
+    monkeypatch.setattr(warmup, "plan_candidates", lambda w, profile, backends, **kw: cands)
+    monkeypatch.setattr(warmup, "WorkerPool", nullcontext)
+    ran: Counter[str] = Counter()
+
+    def measure(w, cands, **kw):  # noqa: ANN001, ANN003, ANN202
+        [c] = cands
+        ran[c.tactic] += 1
+        if c.tactic == "fa3":
+            return [
+                MeasurementRecord("attention", w.to_dict(), w.key(), c.backend, c.tactic, "timeout", message="hung")
+            ]
+        stats = LatencyStats.from_samples([10.0])
+        return [MeasurementRecord("attention", w.to_dict(), w.key(), c.backend, c.tactic, "ok", stats=stats)]
+
+    monkeypatch.setattr(warmup, "measure_attention", measure)
+    profile = simulated("h100")
+    plan = plan_from_model(MODEL, tp=1, kinds=["attention"], device=profile)  # both layouts
+    todo = warmup.jobs(plan, profile, None)
+    n_fa3 = sum(c.tactic == "fa3" for _, c in todo)
+    notes: list[str] = []
+    warmup.warm_up(plan, profile, None, parallel=3, notes=notes)
+    assert ran["fa3"] == 1 and ran["math"] == sum(c.tactic == "math" for _, c in todo)
+    [note] = notes
+    assert note.startswith(f"warm-up: 1 of {len(todo)} kernel variant job(s) failed ({n_fa3 - 1} more of their")
