@@ -10,8 +10,8 @@ measured neighbours along one axis (decode: batch, context; prefill: chunk, cach
 between them (geometric mean) is measured, and again until every crossover is located within that factor.
 
 A refinement or bisection point does not measure a candidate that was at least ``PRUNE_FACTOR`` slower than the
-best at every one of its measured neighbours, or failed there (a wrong answer, a crash, an error or a timeout:
-``FAILED``) (``pruned``): it cannot win between them, and each measurement of it
+best at every one of its measured neighbours, or failed there in the same KV layout (a wrong answer, a crash, an
+error or a timeout: ``FAILED``) (``pruned``): it cannot win between them, and each measurement of it
 costs time (FLEX_ATTENTION compiles per shape, TORCH_SDPA runs four kernels). Neighbours are taken across KV layouts:
 the same workload measured in the other layout (its twin) is the nearest. Coarse points of the first layout measured
 measure every candidate, so every candidate keeps a measured range that brackets the whole plan; a coarse point of
@@ -202,13 +202,15 @@ def _neighbours(
     failed: dict[str, set[tuple[str, str]]],
 ) -> list[tuple[float, dict[tuple[str, str], float]]]:
     """(squared distance, latency per candidate) of the measured points in ``item``'s group, nearest first; a failed
-    candidate's latency is infinite. Only points where some candidate timed ok count (their best is finite)."""
+    candidate's latency is infinite, at points in ``item``'s own KV layout only (a failure can be the layout's: a DCP
+    prefill wrapper built for HND crashed on NHD tensors). Only points where some candidate timed ok count."""
     group, x, y = _layout_free(item)
     near = []
     for m in measured:
         g, mx, my = _layout_free(m)
         if m.key != item.key and g == group and timed.get(m.key):
-            lat = {c: math.inf for c in failed.get(m.key, ())} | timed[m.key]
+            same_layout = getattr(m.workload, "spec", None) == getattr(item.workload, "spec", None)
+            lat = {c: math.inf for c in (failed.get(m.key, ()) if same_layout else ())} | timed[m.key]
             near.append(((mx - x) ** 2 + (my - y) ** 2, lat))
     near.sort(key=lambda d: d[0])
     return near

@@ -163,3 +163,22 @@ def test_a_candidate_that_failed_at_every_measured_neighbour_is_pruned_there() -
     refused = timed(lo, fa2=10.0) + timed(hi, fa2=20.0) + wrong(lo, "unsupported") + wrong(hi, "unsupported")
     assert pruned(mid, [lo, hi], refused) == frozenset()
     assert pruned(mid, [lo, hi], wrong(lo) + wrong(hi)) == frozenset()
+
+
+def test_a_failure_in_the_other_kv_layout_prunes_nothing() -> None:
+    """Failures can be a layout's own (a DCP prefill wrapper built for HND crashed on NHD tensors): they count at
+    neighbours in the item's layout only, while timings count across layouts."""
+    hnd = dataclasses.replace(SPEC, kv_layout="HND")
+    nhd = dataclasses.replace(SPEC, kv_layout="NHD")
+
+    def at(spec: AttentionSpec, context: int, level: int = 0) -> PlanItem:
+        return PlanItem(AttentionWorkload(spec, "decode", 1, context), level)
+
+    def wrong(item: PlanItem) -> list[MeasurementRecord]:
+        w = item.workload
+        return [MeasurementRecord("attention", w.to_dict(), w.key(), "TORCH_SDPA", "cudnn", "wrong_answer")]
+
+    hnd_points = [at(hnd, 512), at(hnd, 2048), at(hnd, 8192)]
+    rec = [r for p in hnd_points for r in timed(p, fa2=10.0) + wrong(p)]
+    assert pruned(at(nhd, 2048), hnd_points, rec) == frozenset()  # its twin failed in HND: NHD measures it
+    assert pruned(at(hnd, 4096, level=1), hnd_points, rec) == {("TORCH_SDPA", "cudnn")}
