@@ -105,8 +105,8 @@ class SdpaRunner(Runner):
         offs = torch.arange(self.mq, device=dev)[None, :]
         self.q_valid = offs < torch.tensor(qlens, device=dev)[:, None]  # [B, Mq]
         self.q_src = torch.where(self.q_valid, starts[:, None] + offs, torch.zeros_like(offs))
-        # the output rows of real queries in [B * Mq], as indices: a boolean mask would make the host wait for the GPU
-        self.out_rows = self.q_valid.reshape(-1).nonzero().squeeze(1)
+        # the (request, query) of each real query, as indices: a boolean mask would make the host wait for the GPU
+        self.out_b, self.out_q = self.q_valid.nonzero().unbind(1)
         self.dense_q = self.mq == 1 and min(qlens) == 1  # every request has its one query: q as it is
         self.expand = problem.spec.gqa_group > 1 and self.tactic in ("efficient", "cudnn")
         self.b = b
@@ -139,8 +139,7 @@ class SdpaRunner(Runner):
             raise
         if self.sinks is not None:
             o = o[..., : p.spec.head_size]
-        o = o.transpose(1, 2).reshape(self.b * self.mq, o.shape[1], o.shape[3])  # [B * Mq, H, D]
-        self.out.copy_(o[self.out_rows])
+        self.out.copy_(o.transpose(1, 2)[self.out_b, self.out_q])  # [tokens, H, D], one gather
 
     def _with_sink_column(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
