@@ -45,11 +45,22 @@ def print_records(records: list[MeasurementRecord], json_out: bool) -> None:
             f"{s.median_us:.2f}" if s else "",
             f"{s.p10_us:.2f}-{s.p90_us:.2f}" if s else "",
             str(s.n) if s else "",
-            r.timing_method or "",
+            _method(r),
             f"{r.compile_time_s:.1f}" if r.compile_time_s is not None else "",
             r.message or err,
         )
     console.print(table)
+
+
+def _method(r: MeasurementRecord) -> str:
+    """The timing method, with a plain call's host time (the timed interval holds GPU time only; an engine that does
+    not replay the call from a CUDA graph pays the host time too) or that it waited for the GPU."""
+    extra = r.extra or {}
+    if extra.get("host_sync"):
+        return f"{r.timing_method} (host sync: host time included)"
+    if extra.get("host_us") is not None:
+        return f"{r.timing_method} (host {extra['host_us']:.0f} us)"
+    return r.timing_method or ""
 
 
 def exit_code(records: list[MeasurementRecord]) -> int:
