@@ -113,8 +113,6 @@ def test_jobs_that_compile_one_module_never_run_at_once(monkeypatch) -> None:  #
     import time
     from contextlib import nullcontext
 
-    from hwtune.core.records import LatencyStats, MeasurementRecord
-
     cands = [Planned("FLASHINFER", "fa3"), Planned("HWTUNE_TRITON_ATTN", "tuned"), Planned("TORCH_SDPA", "math")]
     monkeypatch.setattr(warmup, "plan_candidates", lambda w, profile, backends, **kw: cands)
     monkeypatch.setattr(warmup, "WorkerPool", nullcontext)
@@ -134,13 +132,11 @@ def test_jobs_that_compile_one_module_never_run_at_once(monkeypatch) -> None:  #
         time.sleep(0.02)
         with lock:
             running[fam] -= 1
-        stats = LatencyStats.from_samples([10.0])
-        return [MeasurementRecord("attention", w.to_dict(), w.key(), c.backend, c.tactic, "ok", stats=stats)]
+        return [_record(w, c)]
 
     monkeypatch.setattr(warmup, "measure_attention", measure)
+    plan, todo = _both_layouts()
     profile = simulated("h100")
-    plan = plan_from_model(MODEL, tp=1, kinds=["attention"], device=profile)  # both layouts
-    todo = warmup.jobs(plan, profile, None)
     fa3 = {warmup.family(j) for j in todo if j[1].tactic == "fa3"}
     assert len(fa3) == 1 and sum(j[1].tactic == "fa3" for j in todo) >= 4  # phases x layouts, one module
     tuned = {warmup.family(j) for j in todo if j[1].tactic == "tuned"}
@@ -156,8 +152,6 @@ def test_a_failed_job_drops_the_rest_of_its_compile_family(monkeypatch) -> None:
     out the job timeout); other families go on, and the note counts what was dropped."""
     from contextlib import nullcontext
 
-    from hwtune.core.records import LatencyStats, MeasurementRecord
-
     cands = [Planned("FLASHINFER", "fa3"), Planned("TORCH_SDPA", "math")]
     monkeypatch.setattr(warmup, "plan_candidates", lambda w, profile, backends, **kw: cands)
     monkeypatch.setattr(warmup, "WorkerPool", nullcontext)
@@ -166,20 +160,28 @@ def test_a_failed_job_drops_the_rest_of_its_compile_family(monkeypatch) -> None:
     def measure(w, cands, **kw):  # noqa: ANN001, ANN003, ANN202
         [c] = cands
         ran[c.tactic] += 1
-        if c.tactic == "fa3":
-            return [
-                MeasurementRecord("attention", w.to_dict(), w.key(), c.backend, c.tactic, "timeout", message="hung")
-            ]
-        stats = LatencyStats.from_samples([10.0])
-        return [MeasurementRecord("attention", w.to_dict(), w.key(), c.backend, c.tactic, "ok", stats=stats)]
+        return [_record(w, c, "timeout" if c.tactic == "fa3" else "ok")]
 
     monkeypatch.setattr(warmup, "measure_attention", measure)
+    plan, todo = _both_layouts()
     profile = simulated("h100")
-    plan = plan_from_model(MODEL, tp=1, kinds=["attention"], device=profile)  # both layouts
-    todo = warmup.jobs(plan, profile, None)
     n_fa3 = sum(c.tactic == "fa3" for _, c in todo)
     notes: list[str] = []
     warmup.warm_up(plan, profile, None, parallel=3, notes=notes)
     assert ran["fa3"] == 1 and ran["math"] == sum(c.tactic == "math" for _, c in todo)
     [note] = notes
     assert note.startswith(f"warm-up: 1 of {len(todo)} kernel variant job(s) failed ({n_fa3 - 1} more of their")
+
+
+def _record(w, c, status: str = "ok"):  # noqa: ANN001, ANN202
+    from hwtune.core.records import LatencyStats, MeasurementRecord
+
+    stats = LatencyStats.from_samples([10.0]) if status == "ok" else None
+    return MeasurementRecord("attention", w.to_dict(), w.key(), c.backend, c.tactic, status, stats=stats)
+
+
+def _both_layouts():  # noqa: ANN202
+    """Llama-3.1-8B's default plan in both KV layouts on a simulated H100, and its warm-up jobs."""
+    profile = simulated("h100")
+    plan = plan_from_model(MODEL, tp=1, kinds=["attention"], device=profile)
+    return plan, warmup.jobs(plan, profile, None)
