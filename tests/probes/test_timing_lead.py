@@ -46,7 +46,7 @@ def test_host_time_is_measured_and_a_waiting_call_is_detected(gpu: FakeGpu) -> N
     assert synced and host_us >= 0.8 * timing.PROBE_SPIN_US
     slow_once = iter([0.0045, 0.0003, 0.0003])  # one try slowed down (a garbage collection, say) is no sync
     host_us, synced = timing.host_lead(lambda: time.sleep(next(slow_once)))
-    assert not synced and host_us < 1000
+    assert not synced and host_us < 3000  # the median try, not the slowed one
 
 
 class FakeEvent:
@@ -69,7 +69,7 @@ def test_the_spin_before_each_timed_plain_call_covers_its_host_time(
     opts = timing.TimingOptions(time_cap_s=0.05, min_reps=6, max_reps=6, batch=6, flush_l2=False, warmup_ms=1)
     report: dict = {}
     timing.time_cuda(lambda: time.sleep(0.0004), l2_bytes=0, opts=opts, report=report)
-    assert not report["host_sync"] and 300 < report["host_us"] < 2000
+    assert not report["host_sync"] and 300 < report["host_us"] < 0.8 * timing.PROBE_SPIN_US
     assert abs(report["lead_us"] - max(opts.lead_us, 1.5 * report["host_us"] + 20.0)) < 0.2
     timed_spins = gpu.spins[-6:]  # one before each timed call, after the probe's
     assert all(abs(us - report["lead_us"]) < 1 for us in timed_spins)
