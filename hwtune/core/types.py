@@ -216,6 +216,11 @@ class AttentionSpec:
         earlier measurements keep their keys."""
         return _stable_hash({"kind": "attention", **_keyed(self.to_dict())})
 
+    def any_layout(self) -> "AttentionSpec":
+        """The spec with its KV layout left open: what the same workload in either layout shares (the tuner's
+        neighbours across layouts, the warm-up's compile families)."""
+        return dataclasses.replace(self, kv_layout="auto")
+
 
 #: AttentionSpec fields added after measurements were first stored, with the default that leaves a key unchanged.
 _LATER_FIELDS = {"cp_interleave": 1}

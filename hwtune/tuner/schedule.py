@@ -13,7 +13,7 @@ A refinement or bisection point does not measure a candidate that was at least `
 best at every one of its measured neighbours, or failed there in the same KV layout (a wrong answer, a crash, an
 error or a timeout: ``FAILED``) (``pruned``): it cannot win between them, and each measurement of it
 costs time (FLEX_ATTENTION compiles per shape, TORCH_SDPA runs four kernels). Neighbours are taken across KV layouts:
-the same workload measured in the other layout (its twin) is the nearest. Coarse points of the first layout measured
+the same workload measured in the other layout (its twin) is the nearest. The first layout's coarse points
 measure every candidate, so every candidate keeps a measured range that brackets the whole plan; a coarse point of
 another layout leaves out only a candidate that was that far behind at its twin and at its other nearest neighbours.
 """
@@ -221,5 +221,5 @@ def _layout_free(item: PlanItem) -> tuple[tuple, float, float]:
     group, x, y = _coords(item)
     w = item.workload
     if isinstance(w, AttentionWorkload):
-        group = (group[0], dataclasses.replace(w.spec, kv_layout="auto").key(), *group[2:])
+        group = (group[0], w.spec.any_layout().key(), *group[2:])
     return group, x, y

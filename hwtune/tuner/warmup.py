@@ -172,7 +172,7 @@ def family(job: tuple[AttentionWorkload, Planned]) -> tuple:
     on an H100, 2026-11-27, holding three of four processes; FlashInfer locks a module while it builds it); a searched
     tactic compiles per kernel class, so its family is the job's own workload, in either layout."""
     w, c = job
-    spec = replace(w.spec, kv_layout="auto")
+    spec = w.spec.any_layout()
     if _searched(c):
         return spec, c.backend, c.tactic, w.phase, w.query_len, w.batch, w.context_len
     return spec, c.backend, c.tactic
@@ -224,7 +224,7 @@ def by_expected_compile(todo: list[tuple[AttentionWorkload, Planned]]) -> list[t
     first_layout: dict[tuple, str] = {}
     repeats: set[int] = set()
     for i, (w, c) in enumerate(todo):
-        same = (replace(w, spec=replace(w.spec, kv_layout="auto")), c.backend, c.tactic)
+        same = (replace(w, spec=w.spec.any_layout()), c.backend, c.tactic)
         if first_layout.setdefault(same, w.spec.kv_layout) != w.spec.kv_layout:
             repeats.add(i)
     order = sorted(range(len(todo)), key=lambda i: (i in repeats, -expected(todo[i])))
