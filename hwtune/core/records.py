@@ -19,6 +19,8 @@ Status = Literal["ok", "wrong_answer", "crashed", "timeout", "unsupported", "err
 STATUSES: tuple[str, ...] = ("ok", "wrong_answer", "crashed", "timeout", "unsupported", "error")
 #: Statuses that mean "this backend must not serve this spec here" (not merely "not measured").
 DISQUALIFYING: frozenset[str] = frozenset({"wrong_answer", "crashed"})
+#: Statuses of a candidate that ran and gave no timing (the tuner's pruning counts them as infinitely slow).
+FAILED: frozenset[str] = frozenset({"wrong_answer", "crashed", "timeout", "error"})
 
 
 @dataclass(frozen=True)

@@ -243,8 +243,8 @@ class Tuner:
             if self._pruned_counts:
                 left = ", ".join(f"{c} at {n}" for c, n in sorted(self._pruned_counts.items()))
                 report.notes.append(
-                    f"not measured where they were {PRUNE_FACTOR:g}x or more slower than the best at every measured"
-                    f" neighbour (a coarse point: at its twin in the other KV layout too): {left} point(s)"
+                    f"not measured where they were {PRUNE_FACTOR:g}x or more slower than the best, or failed, at every"
+                    f" measured neighbour (a coarse point: at its twin in the other KV layout too): {left} point(s)"
                 )
         except KeyboardInterrupt:
             report.state = "interrupted"

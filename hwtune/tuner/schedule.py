@@ -25,7 +25,7 @@ import math
 from collections import defaultdict
 from typing import Callable, Iterable, Sequence
 
-from hwtune.core.records import MeasurementRecord
+from hwtune.core.records import FAILED, MeasurementRecord
 from hwtune.core.types import AttentionWorkload
 from hwtune.tuner.plan import PlanItem
 
@@ -35,9 +35,6 @@ BISECT_FACTOR = 4
 NEAR_TIE = 1.03
 #: A candidate this many times slower than the best at every measured neighbour of a point is not measured there.
 PRUNE_FACTOR = 3.0
-#: Statuses of a measured candidate that count as infinitely slow for ``pruned`` (a wrong answer is caught by the gate
-#: before timing but costs the gate's two batches: TORCH_SDPA cudnn, 37 of them in one tune, about 0.5 s each).
-FAILED = frozenset({"wrong_answer", "crashed", "timeout", "error"})
 #: Measured neighbours (nearest first, same kind, phase and spec) that decide ``pruned``; at least two are needed.
 PRUNE_NEIGHBOURS = 4
 
@@ -117,6 +114,8 @@ def _timings(records: Iterable[MeasurementRecord]) -> dict[str, dict[tuple[str, 
 
 
 def _failed(records: Iterable[MeasurementRecord]) -> dict[str, set[tuple[str, str]]]:
+    """The candidates that failed per workload key (a wrong answer is caught by the gate before timing, but costs the
+    gate's two batches: TORCH_SDPA cudnn, 37 of them in one tune, about 0.5 s each)."""
     out: dict[str, set[tuple[str, str]]] = defaultdict(set)
     for r in records:
         if r.status in FAILED:

@@ -35,7 +35,7 @@ from hwtune.tuner.plan import Plan, PlanItem
 from hwtune.tuner.run import describe_item
 
 #: Statuses of a warm-up job whose kernels may not have compiled (a wrong answer or a refusal ran or decided them).
-FAILED = ("error", "crashed", "timeout")
+UNCOMPILED = ("error", "crashed", "timeout")
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def warm_up(
                         w, [c], device="cuda", profile=profile, timing=_TINY, timeout_s=900, pool=pool
                     )
                 finally:
-                    queue.done(job, failed=rec is None or rec.status in FAILED)
+                    queue.done(job, failed=rec is None or rec.status in UNCOMPILED)
                 name = f"{c.backend}/{c.tactic}"
                 log.info(
                     "warm-up %s %s: %s, compile %.1f s, from %.1f s to %.1f s",
@@ -141,7 +141,7 @@ def warm_up(
                     time.monotonic() - start,
                 )
                 failed = f"{name} {describe_item(PlanItem(w))}: {rec.status} {rec.message}"
-                out.append((name, rec.compile_time_s, failed if rec.status in FAILED else None))
+                out.append((name, rec.compile_time_s, failed if rec.status in UNCOMPILED else None))
         return out
 
     n = max(1, min(parallel, len(todo)))
