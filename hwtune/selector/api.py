@@ -40,7 +40,7 @@ from hwtune.selector.lifted import Tested, lift, tested_here
 from hwtune.selector.messages import ENV_VARS, engine_not_valid_message, no_valid_message, not_valid_message
 from hwtune.selector.mix import MixPoint, all2all_mix, load_mix, workload_mix
 from hwtune.selector.ranks import agree
-from hwtune.selector.selection import RankedBackend, Selection
+from hwtune.selector.selection import Basis, RankedBackend, Selection
 
 DeviceArg = str | DeviceProfile
 
@@ -214,6 +214,16 @@ def _catalogue_errors(
     return not_valid, none_valid
 
 
+def _grid_context(max_model_len: int) -> int:
+    """The longest context the dispatch grid covers."""
+    return max(max_model_len, 16)
+
+
+def _basis(evidence: Any, mix: list[MixPoint], max_num_seqs: int, max_model_len: int) -> Basis | None:
+    """What a measured ranking was built on, for combining a model's layer kinds; None without measurements."""
+    return None if evidence is None else Basis(evidence, tuple(mix), max_num_seqs, _grid_context(max_model_len))
+
+
 def _select(
     kind: str,
     spec: Spec,
@@ -248,7 +258,7 @@ def _select(
     errors = _catalogue_errors(kind, spec, device, requested_backend, how, ranked, rejections)
     chosen = _choose(ranked, requested_backend.name if requested_backend else None, *errors)
     if evidence is not None and chosen.source != "static":
-        dispatch = dispatch_table(evidence, chosen.backend, max_num_seqs, max(max_model_len, 16))
+        dispatch = dispatch_table(evidence, chosen.backend, max_num_seqs, _grid_context(max_model_len))
     if target is not None and kind == "attention":
         notes.append(
             f"the {target.describe()} snapshot states CUDA GPUs only: hwtune's own catalogue and order on "
@@ -266,6 +276,7 @@ def _select(
         notes=tuple(notes),
         per_phase=per_phase,
         dispatch=dispatch,
+        basis=_basis(evidence, mix, max_num_seqs, max_model_len),
     )
 
 
@@ -339,7 +350,7 @@ def _select_engine(
     chosen = _choose(ranked, name, *_engine_errors(fld, spec, device, name, how, ranked, rejected))
     notes += engine_notes(fld, chosen.backend, measured, requested=name is not None)
     if measured and chosen.source != "static":
-        dispatch = dispatch_table(evidence, chosen.backend, max_num_seqs, max(max_model_len, 16))
+        dispatch = dispatch_table(evidence, chosen.backend, max_num_seqs, _grid_context(max_model_len))
     return Selection(
         kind="attention",
         spec=spec.to_dict(),
@@ -354,6 +365,7 @@ def _select_engine(
         dispatch=dispatch,
         engine=target.to_dict(),
         differences=tuple(fld.differences),
+        basis=_basis(evidence, mix, max_num_seqs, max_model_len),
     )
 
 

@@ -2,9 +2,13 @@
 ``layer_types`` alternates them; Gemma-2 and Gemma-3 by their code). The engine runs one attention backend for every
 layer, so the backend is ranked by its cost over all of them: each kind of layer is selected alone (its own spec: the
 model's windowed spec, and the same without the window), and a backend's cost is the layer-count-weighted mean of its
-costs over the workload mix. A kind nothing was measured for (a store tuned before both kinds were) is left out of
-the costs, and the selection says so. A backend must be valid for every kind; one rejected for a kind is rejected
-with that kind's reasons. ``hwtune tune`` measures both kinds for such a model (``tuner.plan.plan_from_model``).
+costs over the workload mix. The engine also runs one tactic per step for every layer, so the chosen backend's
+tactics and dispatch table come from the kinds' measurements merged into one layer-weighted latency per shape
+(``weighted_evidence``): a tactic that wins on the windowed layers (which read at most the window) but is several
+times slower on the full-attention ones at long contexts is not dispatched there. A kind nothing was measured for (a
+store tuned before both kinds were) is left out of the costs, and the selection says so. A backend must be valid for
+every kind; one rejected for a kind is rejected with that kind's reasons. ``hwtune tune`` measures both kinds for
+such a model (``tuner.plan.plan_from_model``).
 """
 
 from __future__ import annotations
@@ -14,8 +18,12 @@ from typing import Sequence
 
 from hwtune.core.errors import InvalidSpecError, NoValidBackendError
 from hwtune.core.types import AttentionSpec
-from hwtune.selector.decision import TIE
-from hwtune.selector.selection import RankedBackend, Selection
+from hwtune.selector.decision import TIE, cost_backend
+from hwtune.selector.dispatch import dispatch_table
+from hwtune.selector.interpolate import estimate
+from hwtune.selector.measured import Evidence, Point
+from hwtune.selector.mix import MixPoint
+from hwtune.selector.selection import DispatchEntry, RankedBackend, Selection
 
 WINDOWED, FULL = "windowed", "full-attention"
 
@@ -93,6 +101,52 @@ def _order(entries: list[RankedBackend], parts: Sequence[tuple[Selection, int, s
     return costed + rest
 
 
+def weighted_evidence(parts: Sequence[tuple[Evidence, int]]) -> Evidence:
+    """One Evidence for every kind of layer: each (backend, tactic, phase) measured for every kind, at the union of the
+    shapes measured for any kind, with the layer-count-weighted mean latency there. A kind's latency at a shape it did
+    not measure (a bisection point of the other kind) is its estimate from its own points; a shape some kind cannot
+    estimate is left out."""
+    total = sum(n for _, n in parts)
+    keys = set.intersection(*(set(ev.points) for ev, _ in parts))
+    points: dict[tuple[str, str, str], list[Point]] = {}
+    for key in sorted(keys):
+        shapes = sorted({(p.batch, p.context, p.query_len) for ev, _ in parts for p in ev.points[key]})
+        merged = []
+        for b, c, q in shapes:
+            ests = [estimate(ev.points[key], MixPoint(key[2], b, c, 1.0, q)) for ev, _ in parts]
+            if all(e is not None for e in ests):
+                latency = sum(n * e[0] for (_, n), e in zip(parts, ests) if e is not None) / total
+                hosts = min(
+                    (
+                        p.hosts
+                        for ev, _ in parts
+                        for p in ev.points[key]
+                        if (p.batch, p.context, p.query_len) == (b, c, q)
+                    )
+                )
+                merged.append(Point(b, c, q, latency, hosts))
+        if merged:
+            points[key] = merged
+    return Evidence(points=points)
+
+
+def _one_tactic_per_shape(
+    parts: Sequence[tuple[Selection, int, str]], backend: str
+) -> tuple[dict[str, str], tuple[DispatchEntry, ...]] | None:
+    """(tactic per phase over the mix, dispatch table) of ``backend`` from every kind's measurements merged
+    (``weighted_evidence``); None unless every kind was measured with its basis kept."""
+    bases = [(sel.basis, n) for sel, n, _ in parts]
+    if any(b is None for b, _ in bases):
+        return None
+    merged = weighted_evidence([(b.evidence, n) for b, n in bases if b is not None])
+    first = bases[0][0]
+    assert first is not None
+    costed = cost_backend(merged, backend, first.mix)
+    if costed is None:
+        return None
+    return costed.tactics, dispatch_table(merged, backend, first.max_batch, first.max_context)
+
+
 def _kind_notes(parts: Sequence[tuple[Selection, int, str]], chosen: str, agreed: bool) -> list[str]:
     """What a combined selection says: how it was ranked, kinds left unmeasured, lost per-phase routing, and the
     kinds' own notes (those common to all once; a kind's others only where its own winner is the chosen backend,
@@ -136,20 +190,29 @@ def combine(parts: Sequence[tuple[Selection, int, str]]) -> Selection:
     chosen = next(e for e in ranked if e.backend == first.requested) if first.requested else ranked[0]
     measured = [sel for sel, _, _ in parts if _measured(sel)] or [first]
     agree = {ph: b for ph, b in measured[0].per_phase.items() if all(sel.per_phase.get(ph) == b for sel in measured)}
-    own = [(sel, n, name) for sel, n, name in parts if sel.backend == chosen.backend and sel.dispatch]
-    dispatch_from = max(own, key=lambda p: p[1]) if own else None
     notes = _kind_notes(parts, chosen.backend, agree == dict(measured[0].per_phase))
-    if dispatch_from is not None:
-        notes.append(f"tactic_for answers from the {dispatch_from[2]} layers' measurements")
+    tactics, dispatch = dict(chosen.tactics), ()
+    merged = _one_tactic_per_shape(parts, chosen.backend) if chosen.source != "static" else None
+    if merged is not None:
+        tactics.update(merged[0])
+        dispatch = merged[1]
+        ranked = [replace(e, tactics=tactics) if e.backend == chosen.backend else e for e in ranked]
+        notes.append("tactics and tactic_for from every layer's measurements: one tactic per shape, weighted by layers")
+    else:
+        own = [(sel, n, name) for sel, n, name in parts if sel.backend == chosen.backend and sel.dispatch]
+        if own:
+            sel, _, name = max(own, key=lambda p: p[1])
+            dispatch = sel.dispatch
+            notes.append(f"tactic_for answers from the {name} layers' measurements")
     return replace(
         first,
         backend=chosen.backend,
-        tactics=dict(chosen.tactics),
+        tactics=tactics,
         ranked=tuple(ranked),
         rejected=rejected,
         notes=tuple(notes),
         per_phase=agree,
-        dispatch=dispatch_from[0].dispatch if dispatch_from else (),
+        dispatch=dispatch,
         differences=tuple(dict.fromkeys(d for sel, _, _ in parts for d in sel.differences)),
         unmeasured_layers=tuple(name for sel, _, name in parts if not _measured(sel)),
     )

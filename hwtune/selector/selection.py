@@ -10,6 +10,8 @@ from hwtune.core.devices import DeviceProfile
 
 if TYPE_CHECKING:
     from hwtune.selector.engine_flags import EngineLaunch
+    from hwtune.selector.measured import Evidence
+    from hwtune.selector.mix import MixPoint
 
 Source = Literal["measured", "interpolated", "static"]
 
@@ -50,6 +52,18 @@ class DispatchEntry:
 
 
 @dataclass(frozen=True)
+class Basis:
+    """What a measured ranking was built on: the evidence, the workload mix and the dispatch grid's limits. Kept on
+    the Selection (not serialised) so that a model's layer kinds can be combined on one tactic per shape
+    (``selector/layer_kinds.py``)."""
+
+    evidence: "Evidence"
+    mix: tuple["MixPoint", ...]
+    max_batch: int
+    max_context: int
+
+
+@dataclass(frozen=True)
 class Selection:
     """Chosen backend and tactic, every valid backend ranked, every rejected one with its reasons.
 
@@ -76,6 +90,8 @@ class Selection:
     #: For a model of several layer kinds (``selector/layer_kinds.py``): the kinds nothing was measured for, whose
     #: cost the ranking leaves out; empty otherwise.
     unmeasured_layers: tuple[str, ...] = ()
+    #: The measurements and mix the ranking came from (None: static); not part of the answer, not serialised.
+    basis: Basis | None = field(default=None, repr=False, compare=False)
     _table: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -154,3 +154,56 @@ def test_tactic_for_answers_from_a_kind_whose_winner_is_the_chosen_backend() -> 
     sel = combine([(windowed, 18, "windowed"), (full, 18, "full-attention")])  # A: 15.5, B: 25
     assert sel.backend == "A" and sel.dispatch == (entry,)
     assert any("from the full-attention layers" in n for n in sel.notes)
+
+
+def _tactic_records() -> list:
+    """FLASHINFER with two tactics: fa3 10 % faster on the windowed layers everywhere; on the full-attention layers
+    6x slower than fa2-tc from 8192 tokens of context (the case that gave gpt-oss 1.65 regret on an H100)."""
+    from hwtune.core.types import AttentionWorkload
+    from tests.selector.test_measured import rec
+
+    out = []
+    for label, spec in (("w", WINDOWED), ("f", FULL)):
+        shapes = [AttentionWorkload(spec, "decode", b, c) for b in (1, 16, 256) for c in (512, 8192, 32768)]
+        shapes += [AttentionWorkload(spec, "prefill", 1, p + 2048, query_len=2048) for p in (0, 8192)]
+        for w in shapes:
+            base = 10 + 0.001 * (w.batch * w.context_len if w.phase == "decode" else w.query_len * w.context_len / 50)
+            slow = 6.0 if label == "f" and w.context_len >= 8192 else 1.0
+            out.append(rec(w, "FLASHINFER", "fa2-tc", base))
+            out.append(rec(w, "FLASHINFER", "fa3", base * (0.9 if label == "w" else slow)))
+    return out
+
+
+def test_tactics_and_dispatch_take_one_tactic_per_shape_weighted_over_every_layer(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    with Store.open(url) as s:
+        s.write(_tactic_records())
+    _cached.cache_clear()
+    alone = select(url)  # the windowed layers alone: fa3 everywhere
+    assert alone.tactic_for("decode", 1, 32768) == "fa3" and alone.tactics["decode"] == "fa3"
+    both = select(url, full_attention_layers=18, num_layers=36)
+    assert both.tactic_for("decode", 1, 32768) == "fa2-tc"  # fa3: (0.9 + 6) / 2 = 3.45x fa2-tc's cost
+    assert both.tactic_for("decode", 16, 20000) == "fa2-tc"
+    assert both.tactic_for("decode", 1, 600) == "fa3"  # short contexts: fa3 ties on the full layers, wins windowed
+    assert both.tactic_for("prefill", 1, 10240, 2048) == "fa2-tc"
+    assert both.tactics["decode"] == "fa2-tc"  # the mix's heaviest tactic, on the merged costs too
+    assert both.ranked[0].tactics == both.tactics
+    assert any("one tactic per shape, weighted by layers" in n for n in both.notes)
+    _cached.cache_clear()
+
+
+def test_weighted_evidence_merges_kinds_at_every_shape_either_measured() -> None:
+    from hwtune.selector.layer_kinds import weighted_evidence
+    from hwtune.selector.measured import Evidence, Point
+
+    key = ("B", "t", "decode")
+    windowed = Evidence(
+        points={key: [Point(1, 1024, 1, 10.0, 1), Point(1, 4096, 1, 10.0, 2)], ("B", "u", "decode"): []}
+    )
+    full = Evidence(points={key: [Point(1, 1024, 1, 40.0, 1), Point(1, 2048, 1, 60.0, 1), Point(1, 4096, 1, 100.0, 1)]})
+    merged = weighted_evidence([(windowed, 3), (full, 1)])
+    assert set(merged.points) == {key}  # a tactic measured for one kind only is not merged
+    got = {(p.context): p.latency_us for p in merged.points[key]}
+    assert got[1024] == pytest.approx((3 * 10 + 40) / 4) and got[4096] == pytest.approx((3 * 10 + 100) / 4)
+    assert got[2048] == pytest.approx((3 * 10 + 60) / 4)  # windowed estimated between its two equal points
+    assert {p.context: p.hosts for p in merged.points[key]}[4096] == 1
