@@ -6,7 +6,8 @@
 #   BACKENDS=FLASHINFER,HWTUNE_TRITON_ATTN:auto TRAIN_LIMIT=300 ORACLE_LIMIT=200 bash benchmarks/device/regret.sh \
 #       CONFIG:TP [CONFIG:TP ...]
 #
-# Environment: BACKENDS (regret.py --backends; default its own), TRAIN_LIMIT and ORACLE_LIMIT seconds per model for
+# Environment: BACKENDS (regret.py --backends; default its own), KV_CACHE_DTYPE (regret.py --kv-cache-dtype, default
+# auto; fp8 names the outputs <model>-tp<TP>-kvfp8_e4m3 as regret.py does), TRAIN_LIMIT and ORACLE_LIMIT seconds per model for
 # the default tune and the oracle (defaults 320 and 220; a step past its limit is interrupted, what it stored is
 # scored, and an interrupted default tune still leaves the oracle its own time), CAP seconds of timing per oracle
 # candidate (default 0.3).
@@ -18,14 +19,17 @@ export FLASHINFER_WORKSPACE_BASE="$PWD/.fi-cache"
 . benchmarks/device/setup.sh || exit 1
 for model in "$@"; do
   cfg="${model%%:*}"; tp="${model##*:}"; [ "$tp" = "$model" ] && tp=1
-  name="$(basename "$cfg" .json)-tp$tp"; R="$OUT/regret/$name"
+  name="$(basename "$cfg" .json)-tp$tp"
+  kv="${KV_CACHE_DTYPE:-auto}"
+  [ "$kv" != auto ] && name="$name-kv$(python3 -c "from hwtune.core.types import normalize_kv_cache_dtype as n; print(n('$kv'))")"
+  R="$OUT/regret/$name"
   echo "== $name"
   for step in default oracle; do
     limit=$TRAIN_LIMIT; [ $step = oracle ] && limit=$ORACLE_LIMIT
     timeout -s INT "$limit" python3 benchmarks/regret.py --out "$OUT/regret" --model "$cfg:$tp" \
-      --steps $step --oracle-time-cap "${CAP:-0.3}" ${BACKENDS:+--backends "$BACKENDS"} 2>&1 | grep -v "━" | tail -4
+      --steps $step --oracle-time-cap "${CAP:-0.3}" ${BACKENDS:+--backends "$BACKENDS"} --kv-cache-dtype "$kv" 2>&1 | grep -v "━" | tail -4
   done
-  python3 benchmarks/regret.py --out "$OUT/regret" --model "$cfg:$tp" --score-only 2>&1 | tail -6
+  python3 benchmarks/regret.py --out "$OUT/regret" --model "$cfg:$tp" --score-only --kv-cache-dtype "$kv" 2>&1 | tail -6
   for k in train oracle; do
     [ -f "$R/$k.db" ] && python3 -m hwtune db export "$OUT/regret_${name}_$k.jsonl" --db "sqlite:///$R/$k.db" 2>&1 | tail -1
     rm -f "$R/$k.db" "$R/$k.db-wal" "$R/$k.db-shm"  # the JSON Lines export is what comes back

@@ -13,17 +13,17 @@ such a model (``tuner.plan.plan_from_model``).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from hwtune.core.errors import InvalidSpecError, NoValidBackendError
 from hwtune.core.types import AttentionSpec
-from hwtune.selector.decision import TIE, cost_backend
+from hwtune.selector.decision import TIE, Costed, cost_backend
 from hwtune.selector.dispatch import dispatch_table
 from hwtune.selector.interpolate import estimate
 from hwtune.selector.measured import Evidence, Point
 from hwtune.selector.mix import MixPoint
-from hwtune.selector.selection import DispatchEntry, RankedBackend, Selection
+from hwtune.selector.selection import Basis, DispatchEntry, RankedBackend, Selection
 
 WINDOWED, FULL = "windowed", "full-attention"
 
@@ -64,9 +64,10 @@ def _measured(sel: Selection) -> bool:
     return any(r.source != "static" for r in sel.ranked)
 
 
-def _combined(backend: str, parts: Sequence[tuple[Selection, int, str]]) -> RankedBackend:
-    """One backend's rank entry over every kind: cost weighted by layers where every measured kind measured it;
-    tactics of the kind with the most layers."""
+def _combined(backend: str, parts: Sequence[tuple[Selection, int, str]], one: Costed | None) -> RankedBackend:
+    """One backend's rank entry over every kind: cost weighted by layers where every measured kind measured it; where
+    the kinds' merged evidence costs it (``one``: one tactic per shape for every layer), that cost and its tactics,
+    else the tactics of the kind with the most layers."""
     costed = [p for p in parts if _measured(p[0])] or list(parts)  # a kind nothing was measured for: left out
     entries = [(e, n, name) for sel, n, name in costed if (e := _entry(sel, backend)) is not None]
     total = sum(n for _, n, _ in entries)
@@ -79,7 +80,11 @@ def _combined(backend: str, parts: Sequence[tuple[Selection, int, str]]) -> Rank
     confidence = min((e.confidence for e, _, _ in entries if e.confidence is not None), default=None)
     per_kind = ", ".join(f"{name} {n} x ~{c:.1f} us" for (_, n, name), c in zip(entries, costs))
     detail = f"per layer ({per_kind})" + (f"; {main.detail}" if main.detail else "")
-    return replace(main, source=source, latency_us=cost, confidence=confidence, detail=detail)
+    if one is None:
+        return replace(main, source=source, latency_us=cost, confidence=confidence, detail=detail)
+    detail = f"one tactic per shape over every layer; {detail}"
+    tactics = {**main.tactics, **one.tactics}
+    return replace(main, source=source, tactics=tactics, latency_us=one.cost_us, confidence=confidence, detail=detail)
 
 
 def _order(entries: list[RankedBackend], parts: Sequence[tuple[Selection, int, str]]) -> list[RankedBackend]:
@@ -130,21 +135,22 @@ def weighted_evidence(parts: Sequence[tuple[Evidence, int]]) -> Evidence:
     return Evidence(points=points)
 
 
-def _one_tactic_per_shape(
-    parts: Sequence[tuple[Selection, int, str]], backend: str
-) -> tuple[dict[str, str], tuple[DispatchEntry, ...]] | None:
-    """(tactic per phase over the mix, dispatch table) of ``backend`` from every kind's measurements merged
-    (``weighted_evidence``); None unless every kind was measured with its basis kept."""
+@dataclass(frozen=True)
+class _Merged:
+    """Every kind's evidence merged (``weighted_evidence``), with the mix and grid of the first kind's basis."""
+
+    evidence: Evidence
+    basis: Basis
+
+
+def _merge(parts: Sequence[tuple[Selection, int, str]]) -> _Merged | None:
+    """The kinds' evidence merged; None unless every kind was ranked from measurements (its basis kept)."""
     bases = [(sel.basis, n) for sel, n, _ in parts]
     if any(b is None for b, _ in bases):
         return None
-    merged = weighted_evidence([(b.evidence, n) for b, n in bases if b is not None])
     first = bases[0][0]
     assert first is not None
-    costed = cost_backend(merged, backend, first.mix)
-    if costed is None:
-        return None
-    return costed.tactics, dispatch_table(merged, backend, first.max_batch, first.max_context)
+    return _Merged(weighted_evidence([(b.evidence, n) for b, n in bases if b is not None]), first)
 
 
 def _kind_notes(parts: Sequence[tuple[Selection, int, str]], chosen: str, agreed: bool) -> list[str]:
@@ -186,17 +192,17 @@ def combine(parts: Sequence[tuple[Selection, int, str]]) -> Selection:
             + "; ".join(f"{name} layers: {', '.join(r.backend for r in sel.ranked)}" for sel, _, name in parts),
             {b: list(reasons) for b, reasons in rejected.items()},
         )
-    ranked = _order([_combined(b, parts) for b in valid], parts)
+    merged = _merge(parts)
+    one = {b: cost_backend(merged.evidence, b, merged.basis.mix) for b in valid} if merged is not None else {}
+    ranked = _order([_combined(b, parts, one.get(b)) for b in valid], parts)
     chosen = next(e for e in ranked if e.backend == first.requested) if first.requested else ranked[0]
     measured = [sel for sel, _, _ in parts if _measured(sel)] or [first]
     agree = {ph: b for ph, b in measured[0].per_phase.items() if all(sel.per_phase.get(ph) == b for sel in measured)}
     notes = _kind_notes(parts, chosen.backend, agree == dict(measured[0].per_phase))
-    tactics, dispatch = dict(chosen.tactics), ()
-    merged = _one_tactic_per_shape(parts, chosen.backend) if chosen.source != "static" else None
-    if merged is not None:
-        tactics.update(merged[0])
-        dispatch = merged[1]
-        ranked = [replace(e, tactics=tactics) if e.backend == chosen.backend else e for e in ranked]
+    dispatch: tuple[DispatchEntry, ...] = ()
+    if merged is not None and chosen.source != "static" and one.get(chosen.backend) is not None:
+        basis = merged.basis
+        dispatch = dispatch_table(merged.evidence, chosen.backend, basis.max_batch, basis.max_context)
         notes.append("tactics and tactic_for from every layer's measurements: one tactic per shape, weighted by layers")
     else:
         own = [(sel, n, name) for sel, n, name in parts if sel.backend == chosen.backend and sel.dispatch]
@@ -207,7 +213,7 @@ def combine(parts: Sequence[tuple[Selection, int, str]]) -> Selection:
     return replace(
         first,
         backend=chosen.backend,
-        tactics=tactics,
+        tactics=dict(chosen.tactics),
         ranked=tuple(ranked),
         rejected=rejected,
         notes=tuple(notes),
