@@ -16,7 +16,9 @@ for model in "$@"; do
   cfg="${model%%:*}"; tp="${model##*:}"; [ "$tp" = "$model" ] && tp=1
   name="$(basename "$cfg" .json)-tp$tp"
   kv="${KV_CACHE_DTYPE:-auto}"
-  [ "$kv" != auto ] && name="$name-kv$(python3 -c "from hwtune.core.types import normalize_kv_cache_dtype as n; print(n('$kv'))")"
+  if [ "$kv" != auto ]; then
+    name="$name-kv$(python3 -c 'import sys; from hwtune.core.types import normalize_kv_cache_dtype as n; print(n(sys.argv[1]))' "$kv")"
+  fi
   mkdir -p "$out/$name"
   for k in train oracle; do
     rm -f "$out/$name/$k.db"

@@ -11,7 +11,7 @@
 # the default tune and the oracle (defaults 320 and 220; a step past its limit is interrupted, what it stored is
 # scored, and an interrupted default tune still leaves the oracle its own time), CAP seconds of timing per oracle
 # candidate (default 0.3).
-# Outputs in $OUT/regret/<model>-tp<TP>/: regret.json; in $OUT: regret_<model>-tp<TP>_{train,oracle}.jsonl.
+# Outputs in $OUT/regret/<model>-tp<TP>[-kv<dtype>]/: regret.json; in $OUT: regret_<model>-tp<TP>[-kv<dtype>]_{train,oracle}.jsonl.
 set -u
 [ $# -gt 0 ] || { awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 2; }
 TRAIN_LIMIT=${TRAIN_LIMIT:-320} ORACLE_LIMIT=${ORACLE_LIMIT:-220}
@@ -21,7 +21,9 @@ for model in "$@"; do
   cfg="${model%%:*}"; tp="${model##*:}"; [ "$tp" = "$model" ] && tp=1
   name="$(basename "$cfg" .json)-tp$tp"
   kv="${KV_CACHE_DTYPE:-auto}"
-  [ "$kv" != auto ] && name="$name-kv$(python3 -c "from hwtune.core.types import normalize_kv_cache_dtype as n; print(n('$kv'))")"
+  if [ "$kv" != auto ]; then
+    name="$name-kv$(python3 -c 'import sys; from hwtune.core.types import normalize_kv_cache_dtype as n; print(n(sys.argv[1]))' "$kv")"
+  fi
   R="$OUT/regret/$name"
   echo "== $name"
   for step in default oracle; do

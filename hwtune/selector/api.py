@@ -219,9 +219,12 @@ def _grid_context(max_model_len: int) -> int:
     return max(max_model_len, 16)
 
 
-def _basis(evidence: Any, mix: list[MixPoint], max_num_seqs: int, max_model_len: int) -> Basis | None:
-    """What a measured ranking was built on, for combining a model's layer kinds; None without measurements."""
-    return None if evidence is None else Basis(evidence, tuple(mix), max_num_seqs, _grid_context(max_model_len))
+def _basis(evidence: Any, mix: list[MixPoint], max_num_seqs: int, max_model_len: int, keep: bool) -> Basis | None:
+    """What a measured ranking was built on, kept (``keep``) for combining a model's layer kinds; None without usable
+    measurements."""
+    if not keep or evidence is None or not evidence.points:
+        return None
+    return Basis(evidence, tuple(mix), max_num_seqs, _grid_context(max_model_len))
 
 
 def _select(
@@ -236,10 +239,13 @@ def _select(
     max_model_len: int = 32768,
     profile: str = "balanced",
     target: EngineTarget | None = None,
+    keep_basis: bool = False,
 ) -> Selection:
+    """One spec's selection; ``keep_basis``: keep the evidence and mix it was ranked on (``Selection.basis``) and
+    leave the dispatch table to ``layer_kinds.combine``, which builds the one it needs from them."""
     if target is not None and kind == "attention" and device.is_cuda:
         assert isinstance(spec, AttentionSpec)
-        args = (requested, how, assume_installed, db, max_num_seqs, max_model_len, profile)
+        args = (requested, how, assume_installed, db, max_num_seqs, max_model_len, profile, keep_basis)
         return _select_engine(spec, device, target, *args)
     requested_backend = catalogue.get(kind, requested) if requested else None  # unknown name: exit 2
     mix = _mix(kind, spec, max_num_seqs, max_model_len, profile)  # bad profile: exit 2 before any I/O
@@ -257,7 +263,7 @@ def _select(
         notes += [f"{b.name}: {h.message} ({h.source})" for h in b.hazards if h.applies(spec)]
     errors = _catalogue_errors(kind, spec, device, requested_backend, how, ranked, rejections)
     chosen = _choose(ranked, requested_backend.name if requested_backend else None, *errors)
-    if evidence is not None and chosen.source != "static":
+    if evidence is not None and chosen.source != "static" and not keep_basis:  # combine builds what it needs
         dispatch = dispatch_table(evidence, chosen.backend, max_num_seqs, _grid_context(max_model_len))
     if target is not None and kind == "attention":
         notes.append(
@@ -276,7 +282,7 @@ def _select(
         notes=tuple(notes),
         per_phase=per_phase,
         dispatch=dispatch,
-        basis=_basis(evidence, mix, max_num_seqs, max_model_len),
+        basis=_basis(evidence, mix, max_num_seqs, max_model_len, keep_basis),
     )
 
 
@@ -328,6 +334,7 @@ def _select_engine(
     max_num_seqs: int,
     max_model_len: int,
     profile: str,
+    keep_basis: bool = False,
 ) -> Selection:
     """Selection for an engine target on a CUDA device: the engine version's backends in its order, by its rules
     (``selector.engine_select``), ranked by measurements of the records they are built on where the store has them."""
@@ -349,7 +356,7 @@ def _select_engine(
     measured = any(r.source != "static" for r in ranked)
     chosen = _choose(ranked, name, *_engine_errors(fld, spec, device, name, how, ranked, rejected))
     notes += engine_notes(fld, chosen.backend, measured, requested=name is not None)
-    if measured and chosen.source != "static":
+    if measured and chosen.source != "static" and not keep_basis:  # combine builds what it needs
         dispatch = dispatch_table(evidence, chosen.backend, max_num_seqs, _grid_context(max_model_len))
     return Selection(
         kind="attention",
@@ -365,7 +372,7 @@ def _select_engine(
         dispatch=dispatch,
         engine=target.to_dict(),
         differences=tuple(fld.differences),
-        basis=_basis(evidence, mix, max_num_seqs, max_model_len),
+        basis=_basis(evidence, mix, max_num_seqs, max_model_len, keep_basis),
     )
 
 
@@ -389,7 +396,7 @@ def _cached(
         if layers is None or not isinstance(s, AttentionSpec):
             return _select(kind, s, device, *args)
         kinds = layer_specs(s, *layers)  # every kind of layer, one backend for all (selector/layer_kinds.py)
-        return combine([(_select(kind, k, device, *args), n, name) for k, n, name in kinds])
+        return combine([(_select(kind, k, device, *args, keep_basis=True), n, name) for k, n, name in kinds])
 
     def laid_out(s: Spec) -> Selection:
         if isinstance(s, AttentionSpec) and s.kv_layout == "auto" and db is not False:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from hwtune.selector.interpolate import bracketed, estimate
 from hwtune.selector.measured import Evidence
@@ -41,29 +41,49 @@ class Costed:
     per_point: tuple[tuple[float, bool], ...] = ()
 
 
+#: A tactic's estimate at a mix point: (latency, exact, confidence, inside the measured range), or None.
+Estimate = Callable[[str, MixPoint], "tuple[float, bool, float, bool] | None"]
+
+
+def point_estimate(ev: Evidence, backend: str) -> Estimate:
+    """One spec's estimates of ``backend``'s tactics (``interpolate.estimate``; inside: ``interpolate.bracketed``)."""
+
+    def at(tactic: str, mp: MixPoint) -> tuple[float, bool, float, bool] | None:
+        pts = ev.points.get((backend, tactic, mp.phase))
+        est = estimate(pts, mp) if pts else None
+        if est is None or pts is None:
+            return None
+        return est[0], est[1], est[2], est[1] or bracketed(pts, mp)
+
+    return at
+
+
 def cost_backend(ev: Evidence, backend: str, mix: Sequence[MixPoint]) -> Costed | None:
     """Weighted cost over the mix with the best tactic per point; None if some phase is unmeasured."""
+    tactics = sorted({t for (b, t, _p) in ev.points if b == backend})  # sorted: ties break alike in every process
+    return cost_with(backend, tactics, point_estimate(ev, backend), mix)
+
+
+def cost_with(backend: str, tactics: Sequence[str], at: Estimate, mix: Sequence[MixPoint]) -> Costed | None:
+    """``cost_backend`` over any estimates (``at``: one spec's, or several layer kinds' weighted together)."""
     total, conf_w, exact = 0.0, 0.0, True
     weight_by_tactic: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     phase_cost: dict[str, float] = defaultdict(float)
     per_point: list[tuple[float, bool]] = []
-    tactics = sorted({t for (b, t, _p) in ev.points if b == backend})  # sorted: ties break alike in every process
     for mp in mix:
         best = None
         for t in tactics:
-            pts = ev.points.get((backend, t, mp.phase))
-            est = estimate(pts, mp) if pts else None
+            est = at(t, mp)
             if est is not None and (best is None or est[0] < best[1][0]):
                 best = (t, est)
         if best is None:
             return None
-        t, (lat, is_exact, conf) = best
+        t, (lat, is_exact, conf, inside) = best
         total += mp.weight * lat
         phase_cost[mp.phase] += mp.weight * lat
         conf_w += mp.weight * conf
         exact &= is_exact
         weight_by_tactic[mp.phase][t] += mp.weight
-        inside = is_exact or bracketed(ev.points[(backend, t, mp.phase)], mp)
         per_point.append((lat, inside))
     wsum = sum(mp.weight for mp in mix) or 1.0
     main = {ph: max(ws, key=ws.get) for ph, ws in weight_by_tactic.items()}  # type: ignore[arg-type]
@@ -138,9 +158,14 @@ def rank(
         for c in (costed[b] for b in order)
     ]
     ranked += [r for r in static if r.backend not in costed]
+    return ranked, per_phase_winners(list(costed.values()), mix), [note] if note else []
+
+
+def per_phase_winners(costed: Sequence[Costed], mix: Sequence[MixPoint]) -> dict[str, str]:
+    """Each phase's winner by the decision rules, among the backends costed for it."""
     per_phase: dict[str, str] = {}
     for phase in sorted({mp.phase for mp in mix}):
-        cands = [c for c in costed.values() if phase in c.phase_cost]
+        cands = [c for c in costed if phase in c.phase_cost]
         if cands:
             per_phase[phase] = decide(cands, mix, phase)[0][0]
-    return ranked, per_phase, [note] if note else []
+    return per_phase

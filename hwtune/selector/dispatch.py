@@ -8,7 +8,7 @@ dict access.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from hwtune.selector.interpolate import estimate, shape_coords
 from hwtune.selector.measured import Evidence, Point
@@ -90,7 +90,7 @@ def _box(tactics: Mapping[str, Sequence[Point]], phase: str) -> tuple[float, flo
 TIE = 1.05
 
 
-def _robust(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> str | None:
+def robust_tactic(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> str | None:
     """Beyond the measured range: the winner at the nearest measured edge shape (every tactic measured there);
     where tactics tie there (within ``TIE``), the one whose worst ratio to the best is smallest over the measured
     shapes within one doubling, so a 1 % winner at the edge is not extended where a neighbour shows it losing.
@@ -120,7 +120,7 @@ def _best_tactic(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> tuple[
     if not ests:
         return None
     best = min(ests, key=lambda t: ests[t][0])
-    robust = _robust(tactics, mp)
+    robust = robust_tactic(tactics, mp)
     if robust is not None and robust in ests:
         best = robust
     return best, ests[best][0], ests[best][1]
@@ -132,16 +132,30 @@ def dispatch_table(ev: Evidence, backend: str, max_batch: int, max_context: int)
 
     Inside the measured range each cell's tactic minimises the estimated latency at the cell's geometric
     centre, so shapes between measured points follow the measured crossovers; beyond it, the tactic robust
-    across the nearest measured shapes (``_robust``). ``hwtune.selector.dispatch.lookup`` finds a cell by bit
+    across the nearest measured shapes (``robust_tactic``). ``hwtune.selector.dispatch.lookup`` finds a cell by bit
     length in constant time.
     """
+    by_phase: dict[str, dict[str, Sequence[Point]]] = {}
+    for (b, t, p), pts in ev.points.items():
+        if b == backend:
+            by_phase.setdefault(p, {})[t] = pts
+    return table_with(sorted(by_phase), lambda mp: _best_tactic(by_phase[mp.phase], mp), max_batch, max_context)
+
+
+def table_with(
+    phases: Sequence[str],
+    choose: Callable[[MixPoint], tuple[str, float, bool] | None],
+    max_batch: int,
+    max_context: int,
+) -> tuple[DispatchEntry, ...]:
+    """The grid of ``dispatch_table`` with any per-cell choice (``choose``: (tactic, latency, exact) at a cell's
+    centre; one spec's, or several layer kinds' weighted together)."""
     from hwtune.selector.selection import DispatchEntry
 
     out: list[DispatchEntry] = []
-    for phase in sorted({p for (b, _t, p) in ev.points if b == backend}):
-        tactics = {t: pts for (b, t, p), pts in ev.points.items() if b == backend and p == phase}
+    for phase in phases:
         for rm, cm, mp in _grid(phase, max_batch, max_context):
-            best = _best_tactic(tactics, mp)
+            best = choose(mp)
             if best is not None:
                 tactic, latency, exact = best
                 source = "measured" if exact else "interpolated"

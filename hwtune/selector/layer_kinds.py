@@ -18,9 +18,8 @@ from typing import Sequence
 
 from hwtune.core.errors import InvalidSpecError, NoValidBackendError
 from hwtune.core.types import AttentionSpec
-from hwtune.selector.decision import TIE, Costed, cost_backend
-from hwtune.selector.dispatch import dispatch_table
-from hwtune.selector.interpolate import estimate
+from hwtune.selector.decision import TIE, Costed, Estimate, cost_with, per_phase_winners, point_estimate
+from hwtune.selector.dispatch import dispatch_table, robust_tactic, table_with
 from hwtune.selector.measured import Evidence, Point
 from hwtune.selector.mix import MixPoint
 from hwtune.selector.selection import Basis, DispatchEntry, RankedBackend, Selection
@@ -64,10 +63,13 @@ def _measured(sel: Selection) -> bool:
     return any(r.source != "static" for r in sel.ranked)
 
 
-def _combined(backend: str, parts: Sequence[tuple[Selection, int, str]], one: Costed | None) -> RankedBackend:
-    """One backend's rank entry over every kind: cost weighted by layers where every measured kind measured it; where
-    the kinds' merged evidence costs it (``one``: one tactic per shape for every layer), that cost and its tactics,
-    else the tactics of the kind with the most layers."""
+def _combined(
+    backend: str, parts: Sequence[tuple[Selection, int, str]], joint: Layered | None, one: Costed | None
+) -> RankedBackend:
+    """One backend's rank entry over every kind. With every kind measured (``joint``), its cost with one tactic per
+    shape for every layer (``one``); a backend measured on each kind but with no tactic measured on all of them in
+    some phase cannot be costed so and ranks as static. With a kind unmeasured, the layer-weighted mean of the measured
+    kinds' own costs and the tactics of the kind with the most layers."""
     costed = [p for p in parts if _measured(p[0])] or list(parts)  # a kind nothing was measured for: left out
     entries = [(e, n, name) for sel, n, name in costed if (e := _entry(sel, backend)) is not None]
     total = sum(n for _, n, _ in entries)
@@ -75,16 +77,23 @@ def _combined(backend: str, parts: Sequence[tuple[Selection, int, str]], one: Co
     costs = [e.latency_us for e, _, _ in entries]
     if any(e.source == "static" or c is None for (e, _, _), c in zip(entries, costs)):
         return replace(main, source="static", latency_us=None, confidence=None)
+    per_kind = ", ".join(f"{name} {n} x ~{c:.1f} us" for (_, n, name), c in zip(entries, costs))
+    if joint is not None:
+        if one is None:
+            detail = (
+                f"no tactic measured on every kind of layer in some phase: not costed over every layer ({per_kind})"
+            )
+            return replace(main, source="static", latency_us=None, confidence=None, detail=detail)
+        detail = f"one tactic per shape over every layer; each kind's own best: {per_kind}"
+        source = "measured" if one.exact else "interpolated"
+        tactics = {**main.tactics, **one.tactics}
+        conf = round(one.confidence, 3)
+        return replace(main, source=source, tactics=tactics, latency_us=one.cost_us, confidence=conf, detail=detail)
     cost = sum(n * c for (_, n, _), c in zip(entries, costs)) / total  # type: ignore[operator]
     source = "measured" if all(e.source == "measured" for e, _, _ in entries) else "interpolated"
     confidence = min((e.confidence for e, _, _ in entries if e.confidence is not None), default=None)
-    per_kind = ", ".join(f"{name} {n} x ~{c:.1f} us" for (_, n, name), c in zip(entries, costs))
     detail = f"per layer ({per_kind})" + (f"; {main.detail}" if main.detail else "")
-    if one is None:
-        return replace(main, source=source, latency_us=cost, confidence=confidence, detail=detail)
-    detail = f"one tactic per shape over every layer; {detail}"
-    tactics = {**main.tactics, **one.tactics}
-    return replace(main, source=source, tactics=tactics, latency_us=one.cost_us, confidence=confidence, detail=detail)
+    return replace(main, source=source, latency_us=cost, confidence=confidence, detail=detail)
 
 
 def _order(entries: list[RankedBackend], parts: Sequence[tuple[Selection, int, str]]) -> list[RankedBackend]:
@@ -106,51 +115,81 @@ def _order(entries: list[RankedBackend], parts: Sequence[tuple[Selection, int, s
     return costed + rest
 
 
-def weighted_evidence(parts: Sequence[tuple[Evidence, int]]) -> Evidence:
-    """One Evidence for every kind of layer: each (backend, tactic, phase) measured for every kind, at the union of the
-    shapes measured for any kind, with the layer-count-weighted mean latency there. A kind's latency at a shape it did
-    not measure (a bisection point of the other kind) is its estimate from its own points; a shape some kind cannot
-    estimate is left out."""
-    total = sum(n for _, n in parts)
-    keys = set.intersection(*(set(ev.points) for ev, _ in parts))
-    points: dict[tuple[str, str, str], list[Point]] = {}
-    for key in sorted(keys):
-        shapes = sorted({(p.batch, p.context, p.query_len) for ev, _ in parts for p in ev.points[key]})
-        merged = []
-        for b, c, q in shapes:
-            ests = [estimate(ev.points[key], MixPoint(key[2], b, c, 1.0, q)) for ev, _ in parts]
-            if all(e is not None for e in ests):
-                latency = sum(n * e[0] for (_, n), e in zip(parts, ests) if e is not None) / total
-                hosts = min(
-                    (
-                        p.hosts
-                        for ev, _ in parts
-                        for p in ev.points[key]
-                        if (p.batch, p.context, p.query_len) == (b, c, q)
-                    )
-                )
-                merged.append(Point(b, c, q, latency, hosts))
-        if merged:
-            points[key] = merged
-    return Evidence(points=points)
-
-
 @dataclass(frozen=True)
-class _Merged:
-    """Every kind's evidence merged (``weighted_evidence``), with the mix and grid of the first kind's basis."""
+class Layered:
+    """Every kind's evidence with its layer count, for one tactic serving every layer at each step: a tactic's latency
+    at a shape is the layer-weighted mean of each kind's own estimate there (``interpolate.estimate`` per kind, never
+    a fit over fitted points), exact where every kind measured that shape, and inside the measured range only where
+    it is inside for every kind (an extrapolation of one kind does not decide, as in ``decision``)."""
 
-    evidence: Evidence
-    basis: Basis
+    kinds: tuple[tuple[Evidence, int], ...]
+    basis: Basis  # the mix and the dispatch grid (the same for every kind)
+
+    def tactics(self, backend: str) -> list[str]:
+        """``backend``'s tactics measured for every kind."""
+        sets = [{t for (b, t, _p) in ev.points if b == backend} for ev, _ in self.kinds]
+        return sorted(set.intersection(*sets))
+
+    def at(self, backend: str) -> Estimate:
+        """The layer-weighted estimate of each of ``backend``'s tactics at a mix point (``decision.Estimate``)."""
+        singles = [(point_estimate(ev, backend), n) for ev, n in self.kinds]
+        total = sum(n for _, n in singles)
+
+        def at(tactic: str, mp: MixPoint) -> tuple[float, bool, float, bool] | None:
+            ests = [(e, n) for f, n in singles if (e := f(tactic, mp)) is not None]
+            if len(ests) < len(singles):
+                return None
+            latency = sum(n * e[0] for e, n in ests) / total
+            return latency, all(e[1] for e, _ in ests), min(e[2] for e, _ in ests), all(e[3] for e, _ in ests)
+
+        return at
+
+    def cost(self, backend: str) -> Costed | None:
+        """``backend``'s cost over the mix, one tactic per mix point for every layer; None where some phase has no
+        tactic measured for every kind."""
+        return cost_with(backend, self.tactics(backend), self.at(backend), self.basis.mix)
+
+    def table(self, backend: str) -> tuple[DispatchEntry, ...]:
+        """``backend``'s dispatch table over every layer: per cell the tactic of least layer-weighted estimate; where a
+        kind's measurements end before the cell, the tactic robust there for that kind (``robust_tactic``; the cheaper
+        over every layer where the kinds' robust tactics differ)."""
+        at, tactics = self.at(backend), self.tactics(backend)
+        phases = sorted({p for ev, _ in self.kinds for (b, _t, p) in ev.points if b == backend})
+
+        def choose(mp: MixPoint) -> tuple[str, float, bool] | None:
+            ests = {t: e for t in tactics if (e := at(t, mp)) is not None}
+            if not ests:
+                return None
+            robust = {r for ev, _ in self.kinds if (r := robust_tactic(_points(ev, backend, ests, mp), mp)) in ests}
+            best = min(robust or ests, key=lambda t: (ests[t][0], t))
+            return best, ests[best][0], ests[best][1]
+
+        return table_with(phases, choose, self.basis.max_batch, self.basis.max_context)
 
 
-def _merge(parts: Sequence[tuple[Selection, int, str]]) -> _Merged | None:
-    """The kinds' evidence merged; None unless every kind was ranked from measurements (its basis kept)."""
+def _points(ev: Evidence, backend: str, tactics: Sequence[str], mp: MixPoint) -> dict[str, Sequence[Point]]:
+    return {t: ev.points[(backend, t, mp.phase)] for t in tactics if (backend, t, mp.phase) in ev.points}
+
+
+def _has_table(sel: Selection) -> bool:
+    return bool(sel.dispatch) or (sel.basis is not None and sel.ranked[0].source != "static")
+
+
+def _table(sel: Selection) -> tuple[DispatchEntry, ...]:
+    """A kind's own dispatch table: as given, or built from its basis (``api._select`` leaves it to combine)."""
+    if sel.dispatch or sel.basis is None:
+        return tuple(sel.dispatch)
+    return dispatch_table(sel.basis.evidence, sel.backend, sel.basis.max_batch, sel.basis.max_context)
+
+
+def _layered(parts: Sequence[tuple[Selection, int, str]]) -> Layered | None:
+    """Every kind's evidence for joint costing; None unless every kind was ranked from measurements."""
     bases = [(sel.basis, n) for sel, n, _ in parts]
-    if any(b is None for b, _ in bases):
+    if any(b is None for b, _ in bases) or not all(_measured(sel) for sel, _, _ in parts):
         return None
     first = bases[0][0]
     assert first is not None
-    return _Merged(weighted_evidence([(b.evidence, n) for b, n in bases if b is not None]), first)
+    return Layered(tuple((b.evidence, n) for b, n in bases if b is not None), first)
 
 
 def _kind_notes(parts: Sequence[tuple[Selection, int, str]], chosen: str, agreed: bool) -> list[str]:
@@ -192,23 +231,24 @@ def combine(parts: Sequence[tuple[Selection, int, str]]) -> Selection:
             + "; ".join(f"{name} layers: {', '.join(r.backend for r in sel.ranked)}" for sel, _, name in parts),
             {b: list(reasons) for b, reasons in rejected.items()},
         )
-    merged = _merge(parts)
-    one = {b: cost_backend(merged.evidence, b, merged.basis.mix) for b in valid} if merged is not None else {}
-    ranked = _order([_combined(b, parts, one.get(b)) for b in valid], parts)
+    joint = _layered(parts)
+    one = {b: joint.cost(b) for b in valid} if joint is not None else {}
+    ranked = _order([_combined(b, parts, joint, one.get(b)) for b in valid], parts)
     chosen = next(e for e in ranked if e.backend == first.requested) if first.requested else ranked[0]
     measured = [sel for sel, _, _ in parts if _measured(sel)] or [first]
     agree = {ph: b for ph, b in measured[0].per_phase.items() if all(sel.per_phase.get(ph) == b for sel in measured)}
-    notes = _kind_notes(parts, chosen.backend, agree == dict(measured[0].per_phase))
+    notes = _kind_notes(parts, chosen.backend, joint is not None or agree == dict(measured[0].per_phase))
+    if joint is not None:  # each phase's winner over every layer
+        agree = per_phase_winners([c for c in one.values() if c is not None], joint.basis.mix)
     dispatch: tuple[DispatchEntry, ...] = ()
-    if merged is not None and chosen.source != "static" and one.get(chosen.backend) is not None:
-        basis = merged.basis
-        dispatch = dispatch_table(merged.evidence, chosen.backend, basis.max_batch, basis.max_context)
+    if joint is not None and one.get(chosen.backend) is not None:
+        dispatch = joint.table(chosen.backend)
         notes.append("tactics and tactic_for from every layer's measurements: one tactic per shape, weighted by layers")
-    else:
-        own = [(sel, n, name) for sel, n, name in parts if sel.backend == chosen.backend and sel.dispatch]
+    elif joint is None:
+        own = [(sel, n, name) for sel, n, name in parts if sel.backend == chosen.backend and _has_table(sel)]
         if own:
             sel, _, name = max(own, key=lambda p: p[1])
-            dispatch = sel.dispatch
+            dispatch = _table(sel)
             notes.append(f"tactic_for answers from the {name} layers' measurements")
     return replace(
         first,
@@ -221,4 +261,5 @@ def combine(parts: Sequence[tuple[Selection, int, str]]) -> Selection:
         dispatch=dispatch,
         differences=tuple(dict.fromkeys(d for sel, _, _ in parts for d in sel.differences)),
         unmeasured_layers=tuple(name for sel, _, name in parts if not _measured(sel)),
+        basis=None,  # the kinds' evidence served this ranking; no one spec's does
     )

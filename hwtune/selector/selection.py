@@ -53,9 +53,9 @@ class DispatchEntry:
 
 @dataclass(frozen=True)
 class Basis:
-    """What a measured ranking was built on: the evidence, the workload mix and the dispatch grid's limits. Kept on
-    the Selection (not serialised) so that a model's layer kinds can be combined on one tactic per shape
-    (``selector/layer_kinds.py``)."""
+    """What a measured ranking was built on: the evidence (read, never changed), the workload mix and the dispatch
+    grid's limits; kept on each layer kind's Selection so that ``selector/layer_kinds.py`` can cost one tactic per
+    shape over every layer."""
 
     evidence: "Evidence"
     mix: tuple["MixPoint", ...]
@@ -90,7 +90,8 @@ class Selection:
     #: For a model of several layer kinds (``selector/layer_kinds.py``): the kinds nothing was measured for, whose
     #: cost the ranking leaves out; empty otherwise.
     unmeasured_layers: tuple[str, ...] = ()
-    #: The measurements and mix the ranking came from (None: static); not part of the answer, not serialised.
+    #: The measurements and mix one spec's ranking came from, kept only on the per-kind selections that
+    #: ``layer_kinds.combine`` joins (None otherwise, and on every selection callers get); not part of the answer.
     basis: Basis | None = field(default=None, repr=False, compare=False)
     _table: tuple = field(default=(), init=False, repr=False, compare=False)
 
