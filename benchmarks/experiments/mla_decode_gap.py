@@ -10,7 +10,8 @@ passed every one of these candidates at these shapes), it prints:
   L2 flush, unlike the probe, so it is the call's floor);
 - ``kernels``: each GPU kernel of one call with its mean device time (torch.profiler over 50 eager calls), so the
   split-KV merge of the Triton kernel and FlashInfer's own kernels are seen apart;
-- the Triton config each runner ran.
+- the Triton config each runner ran, and for a split config the same with 16-bit split partials
+  (``MlaConfig.half_partials``: time, kernels, and the output's difference from the float32-partials one).
 
 Outputs one JSON line per (shape, page, candidate) on stdout and, with ``--out``, into that file.
 
@@ -20,6 +21,7 @@ Outputs one JSON line per (shape, page, candidate) on stdout and, with ``--out``
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -105,9 +107,26 @@ def measure(backend: str, tactic: str, batch: int, context: int, page: int) -> d
         row["graph_us"] = round(graph_us(runner.run), 2)
         row["kernels"] = kernels(runner.run)
         row["config"] = getattr(runner, "extra", {}).get("config")
+        if backend == "HWTUNE_TRITON_MLA" and runner.config.num_splits > 1:
+            row["half_partials"] = _half_partials(runner)
     except Exception as e:  # noqa: BLE001 - one failing row must not lose the rest
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
     return row
+
+
+def _half_partials(runner) -> dict:  # noqa: ANN001
+    """The same config with 16-bit split partials (``MlaConfig.half_partials``): its time and kernels, and its
+    output's relative L2 difference from the float32-partials output (both against the same inputs)."""
+    runner.run()
+    torch.cuda.synchronize()
+    f32 = runner.out.float().clone()
+    runner.config = dataclasses.replace(runner.config, half_partials=True)
+    runner.workspace = runner._workspace(runner.problem, runner.config)
+    runner.out.fill_(float("nan"))
+    runner.run()
+    torch.cuda.synchronize()
+    diff = float((runner.out.float() - f32).norm() / f32.norm())
+    return {"graph_us": round(graph_us(runner.run), 2), "kernels": kernels(runner.run), "rel_l2_vs_f32": diff}
 
 
 def main() -> None:

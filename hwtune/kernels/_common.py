@@ -169,7 +169,7 @@ def store_result(
     mask = row_ok[:, None] & d_ok[None, :]
     if SPLIT:
         base = split.to(tl.int64) * stride_ps + rows_tok.to(tl.int64) * stride_pt + rows_head * stride_ph
-        tl.store(part_o_ptr + base[:, None] * HEAD_D + offs_d[None, :], o, mask=mask)
+        tl.store(part_o_ptr + base[:, None] * HEAD_D + offs_d[None, :], o.to(part_o_ptr.dtype.element_ty), mask=mask)
         tl.store(part_lse_ptr + base, lse, mask=row_ok)
     else:
         o_off = rows_tok.to(tl.int64) * stride_ot + rows_head * stride_oh
@@ -223,6 +223,7 @@ def _merge_kernel(
         ls = tl.load(part_lse_ptr + row, mask=s_ok, other=float("-inf"))
         w = tl.exp(ls - m_safe)
         o = tl.load(part_o_ptr + row[:, None] * HEAD_D + offs_d[None, :], mask=s_ok[:, None] & d_ok[None, :], other=0.0)
+        o = o.to(tl.float32)  # 16-bit partials (``split_buffers``) are merged in float32
         acc += tl.sum(tl.where(w[:, None] > 0.0, o, 0.0) * w[:, None], 0)
         wsum += w
     total = tl.sum(wsum, 0)
@@ -369,11 +370,15 @@ def split_buffers(
     num_heads: int,
     head_size: int,
     device: torch.device,
+    partial_dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Views of the split-KV scratch: partial outputs [S, T, H, D] and partial LSEs [S, T, H] (float32).
-    Without a workspace one is allocated (sizes from host ints; fine under graph capture, but pass a
-    preallocated one to keep the capture's memory fixed)."""
-    need = splits * num_tokens * num_heads * (head_size + 1)
+    """Views of the split-KV scratch: partial outputs [S, T, H, D] (``partial_dtype``: float32, or the output's 16-bit
+    dtype to halve their traffic) and partial LSEs [S, T, H] (float32), carved from one float32 workspace. Without a
+    workspace one is allocated (sizes from host ints; fine under graph capture, but pass a preallocated one to keep
+    the capture's memory fixed)."""
+    n_o = splits * num_tokens * num_heads * head_size
+    words = n_o if partial_dtype == torch.float32 else (n_o * partial_dtype.itemsize + 3) // 4
+    need = words + splits * num_tokens * num_heads
     if workspace is None:
         workspace = torch.empty(need, dtype=torch.float32, device=device)
     elif workspace.dtype != torch.float32 or not workspace.is_contiguous() or workspace.numel() < need:
@@ -382,9 +387,8 @@ def split_buffers(
             f"(workspace_size(num_tokens={num_tokens}, num_heads={num_heads}, head_size={head_size}, "
             f"num_splits={splits})); got {workspace.dtype}, {workspace.numel()} elements"
         )
-    n_o = splits * num_tokens * num_heads * head_size
-    part_o = workspace[:n_o].view(splits, num_tokens, num_heads, head_size)
-    part_lse = workspace[n_o:need].view(splits, num_tokens, num_heads)
+    part_o = workspace[:words].view(partial_dtype)[:n_o].view(splits, num_tokens, num_heads, head_size)
+    part_lse = workspace[words:need].view(splits, num_tokens, num_heads)
     return part_o, part_lse
 
 

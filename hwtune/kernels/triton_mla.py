@@ -49,7 +49,9 @@ MAX_SPLITS = 128
 @dataclass(frozen=True)
 class MlaConfig:
     """One launch geometry: heads and query tokens per program (``block_h * block_t`` rows), KV positions per inner
-    tile, KV splits per program's rows, warps and pipeline stages."""
+    tile, KV splits per program's rows, warps and pipeline stages; ``half_partials``: split partial outputs stored in
+    the output's 16-bit dtype instead of float32 (half their write and read traffic; merged in float32, as
+    FlashInfer's MLA keeps its partials in the output dtype)."""
 
     block_h: int
     block_t: int
@@ -57,6 +59,7 @@ class MlaConfig:
     num_splits: int
     num_warps: int
     num_stages: int
+    half_partials: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_h", "block_t", "block_n"):
@@ -69,9 +72,10 @@ class MlaConfig:
             raise ValueError(f"MlaConfig.num_splits must be in 1..{MAX_SPLITS}, got {self.num_splits}")
 
     def name(self) -> str:
-        """Short stable name kept in measurement records, e.g. ``h64-t1-n32-s8-w8-st2``."""
+        """Short stable name kept in measurement records, e.g. ``h64-t1-n32-s8-w8-st2`` (``-p16``: half partials)."""
         return (
             f"h{self.block_h}-t{self.block_t}-n{self.block_n}-s{self.num_splits}-w{self.num_warps}-st{self.num_stages}"
+            + ("-p16" if self.half_partials else "")
         )
 
 
@@ -124,9 +128,15 @@ def mla_config_space(
     return out
 
 
-def workspace_size(*, num_tokens: int, num_heads: int, kv_lora_rank: int, num_splits: int) -> int:
-    """float32 elements of the split-KV scratch: partial outputs and LSEs (none needed without splits)."""
-    return 0 if num_splits <= 1 else num_splits * num_tokens * num_heads * (kv_lora_rank + 1)
+def workspace_size(
+    *, num_tokens: int, num_heads: int, kv_lora_rank: int, num_splits: int, half_partials: bool = False
+) -> int:
+    """float32 elements of the split-KV scratch: partial outputs (16-bit with ``half_partials``) and LSEs (none
+    needed without splits)."""
+    if num_splits <= 1:
+        return 0
+    rows = num_splits * num_tokens * num_heads
+    return rows * ((kv_lora_rank + 1) // 2 if half_partials else kv_lora_rank) + rows
 
 
 # --- device side ---------------------------------------------------------------------------------------------
@@ -386,11 +396,13 @@ def mla_decode(
 def _split_scratch(
     workspace: torch.Tensor | None, config: MlaConfig, tokens: int, heads: int, lora: int, q: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The split-KV partials ``[splits, tokens, heads, lora]`` and ``[splits, tokens, heads]`` in ``workspace``
-    (allocated when none is given: sizes from host integers)."""
+    """The split-KV partials ``[splits, tokens, heads, lora]`` (float32, or the query's dtype with
+    ``config.half_partials``) and ``[splits, tokens, heads]`` in ``workspace`` (allocated when none is given: sizes
+    from host integers)."""
     return split_buffers(
-        workspace, splits=config.num_splits, num_tokens=tokens, num_heads=heads, head_size=lora, device=q.device
-    )
+        workspace, splits=config.num_splits, num_tokens=tokens, num_heads=heads, head_size=lora, device=q.device,
+        partial_dtype=q.dtype if config.half_partials else torch.float32,
+    )  # fmt: skip
 
 
 __all__ = ["MlaConfig", "default_mla_config", "mla_config_space", "mla_decode", "workspace_size"]

@@ -55,6 +55,8 @@ CASES: dict[str, Case] = {
     "decode_fp16_page1": Case(dtype="float16", page=1),
     "decode_page48_splits": Case(page=48, ctx=(130, 7, 100), config=(16, 1, 16, 3, 4, 2)),
     "decode_page64_many_splits": Case(heads=32, page=64, ctx=(300, 260), config=(16, 1, 32, 7, 4, 2)),
+    "half_partials_bf16": Case(page=48, ctx=(130, 7, 100), config=(16, 1, 16, 3, 4, 2, True)),
+    "half_partials_fp16_spec_lse": Case(dtype="float16", query_len=2, config=(16, 2, 16, 5, 4, 2, True)),
     "spec_decode_4_tokens": Case(query_len=4, config=(16, 4, 16, 4, 4, 2)),
     "spec_decode_heads_24": Case(heads=24, query_len=3, config=(32, 2, 16, 2, 4, 2)),
     "prefill_chunk_20_on_40": Case(query_len=20, ctx=(40, 20), config=(16, 2, 16, 2, 4, 2)),
@@ -74,6 +76,9 @@ GPU_CASES = {
     "tp1_spec_decode": Case(heads=128, lora=512, rope=64, ctx=(2048, 513), page=16, query_len=3),
     "tp8_fp8": Case(heads=16, lora=512, rope=64, ctx=(8192, 100), page=32, kv="fp8_e4m3"),
     "tp1_long_splits": Case(heads=128, lora=512, rope=64, ctx=(32768,), page=64),
+    "tp8_half_partials": Case(
+        heads=16, lora=512, rope=64, ctx=(12000, 700, 3000), page=16, config=(16, 1, 32, 16, 4, 2, True)
+    ),
 }
 
 

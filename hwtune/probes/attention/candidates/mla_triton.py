@@ -64,8 +64,9 @@ class TritonMlaRunner(MlaRunner):
     def _workspace(self, p: MlaProblem, config: object) -> torch.Tensor | None:
         assert p.dims is not None
         size = self.kernels.workspace_size(
-            num_tokens=p.num_tokens, num_heads=p.spec.num_heads, kv_lora_rank=p.dims.lora, num_splits=config.num_splits
-        )
+            num_tokens=p.num_tokens, num_heads=p.spec.num_heads, kv_lora_rank=p.dims.lora, num_splits=config.num_splits,
+            half_partials=config.half_partials,
+        )  # fmt: skip
         return torch.empty(size, dtype=torch.float32, device=p.q.device) if size else None
 
     def _call(self, p: MlaProblem, config: object, out: torch.Tensor, lse: torch.Tensor | None, ws: object) -> None:
@@ -93,7 +94,8 @@ class TritonMlaRunner(MlaRunner):
         from hwtune.probes.attention.candidates.config_search import fastest_config
 
         assert self.out is not None
-        ws = self._workspace(p, max(space, key=lambda cfg: cfg.num_splits))  # one scratch, large enough for all
+        largest = max(space, key=lambda cfg: (cfg.num_splits, not cfg.half_partials))  # float32 partials: the larger
+        ws = self._workspace(p, largest)  # one scratch for every config
         best, seen = fastest_config(space, lambda cfg, out: self._call(p, cfg, out, None, ws), self.out)
         self.extra.update(seen)
         return best
