@@ -385,7 +385,7 @@ def split_buffers(
         raise ValueError(
             f"the split-KV workspace must be a contiguous float32 tensor of at least {need} elements "
             f"(workspace_size(num_tokens={num_tokens}, num_heads={num_heads}, head_size={head_size}, "
-            f"num_splits={splits})); got {workspace.dtype}, {workspace.numel()} elements"
+            f"num_splits={splits}) with {partial_dtype} partials); got {workspace.dtype}, {workspace.numel()} elements"
         )
     part_o = workspace[:words].view(partial_dtype)[:n_o].view(splits, num_tokens, num_heads, head_size)
     part_lse = workspace[words:need].view(splits, num_tokens, num_heads)

@@ -70,6 +70,8 @@ class MlaConfig:
             raise ValueError("MlaConfig needs block_h * block_t >= 16 rows and block_n >= 16 (tl.dot's minimum)")
         if not 1 <= self.num_splits <= MAX_SPLITS:
             raise ValueError(f"MlaConfig.num_splits must be in 1..{MAX_SPLITS}, got {self.num_splits}")
+        if self.half_partials and self.num_splits == 1:
+            raise ValueError("MlaConfig.half_partials needs num_splits > 1 (one split writes the output directly)")
 
     def name(self) -> str:
         """Short stable name kept in measurement records, e.g. ``h64-t1-n32-s8-w8-st2`` (``-p16``: half partials)."""

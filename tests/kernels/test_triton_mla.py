@@ -44,7 +44,7 @@ class Case:
     page: int = 16
     ctx: tuple[int, ...] = (70, 5, 33)
     query_len: int = 1
-    config: tuple | None = None  # MlaConfig fields (block_h, block_t, block_n, splits, warps, stages)
+    config: tuple | None = None  # MlaConfig fields (block_h, block_t, block_n, splits, warps, stages[, half_partials])
     causal: bool = True
     pad_tokens: int = 0
     scale_factor: float = 1.0  # != 1: call the kernel with a wrong softmax scale (the checks must fail)
@@ -57,6 +57,7 @@ CASES: dict[str, Case] = {
     "decode_page64_many_splits": Case(heads=32, page=64, ctx=(300, 260), config=(16, 1, 32, 7, 4, 2)),
     "half_partials_bf16": Case(page=48, ctx=(130, 7, 100), config=(16, 1, 16, 3, 4, 2, True)),
     "half_partials_fp16_spec_lse": Case(dtype="float16", query_len=2, config=(16, 2, 16, 5, 4, 2, True)),
+    "half_partials_fp8_latent": Case(kv="fp8_e4m3", config=(16, 1, 16, 3, 4, 2, True)),
     "spec_decode_4_tokens": Case(query_len=4, config=(16, 4, 16, 4, 4, 2)),
     "spec_decode_heads_24": Case(heads=24, query_len=3, config=(32, 2, 16, 2, 4, 2)),
     "prefill_chunk_20_on_40": Case(query_len=20, ctx=(40, 20), config=(16, 2, 16, 2, 4, 2)),
@@ -107,14 +108,20 @@ def _problem(case: Case, device: str, seed: int = 0):  # noqa: ANN202 - MlaProbl
 
 
 def _call(case: Case, p, out: torch.Tensor, lse: torch.Tensor) -> None:  # noqa: ANN001
-    from hwtune.kernels.triton_mla import MlaConfig, mla_decode
+    from hwtune.kernels.triton_mla import MlaConfig, mla_decode, workspace_size
 
     tokens = p.num_tokens
+    cfg = MlaConfig(*case.config) if case.config else None
+    size = workspace_size(
+        num_tokens=tokens + case.pad_tokens, num_heads=case.heads, kv_lora_rank=case.lora,
+        num_splits=cfg.num_splits if cfg else 1, half_partials=cfg.half_partials if cfg else False,
+    )  # fmt: skip
+    ws = torch.empty(size, dtype=torch.float32, device=p.q.device) if size else None  # exactly what the config needs
     mla_decode(
         p.q, p.kv_cache, p.block_table, p.seq_lens, p.query_start_loc, max_query_len=p.max_query_len,
         max_seq_len=p.max_seq_len, out=out[: tokens + case.pad_tokens], lse=lse[: tokens + case.pad_tokens],
         softmax_scale=p.softmax_scale * case.scale_factor, kv_lora_rank=case.lora, kv_scale=p.kv_scale,
-        causal=case.causal, config=MlaConfig(*case.config) if case.config else None,
+        causal=case.causal, config=cfg, workspace=ws,
     )  # fmt: skip
 
 
@@ -246,6 +253,42 @@ def test_tuned_search_space_starts_with_auto_and_keeps_each_split_a_tile() -> No
         assert all(c.num_splits * c.block_n <= max(ctx, c.block_n) for c in space)
         splits = {c.num_splits for c in space}
         assert 1 in splits and (max(splits) > auto.num_splits or auto.num_splits == min(MAX_SPLITS, ctx // 16))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_split_buffers_carve_partials_and_lses_apart_within_the_workspace_size(dtype) -> None:
+    from hwtune.kernels._common import split_buffers
+    from hwtune.kernels.triton_mla import workspace_size
+
+    for splits, tokens, heads, width in ((2, 1, 16, 512), (3, 5, 3, 7), (7, 3, 24, 1), (16, 1, 1, 3)):
+        size = workspace_size(
+            num_tokens=tokens, num_heads=heads, kv_lora_rank=width, num_splits=splits,
+            half_partials=dtype != torch.float32,
+        )  # fmt: skip
+        ws = torch.zeros(size + 1)[1:]  # a view with a storage offset
+        part_o, part_lse = split_buffers(
+            ws, splits=splits, num_tokens=tokens, num_heads=heads, head_size=width, device=ws.device,
+            partial_dtype=dtype,
+        )  # fmt: skip
+        assert part_o.dtype == dtype and part_o.shape == (splits, tokens, heads, width)
+        assert part_lse.dtype == torch.float32 and part_lse.shape == (splits, tokens, heads)
+        part_o.fill_(1.0)
+        assert bool((part_lse == 0).all())  # the LSEs do not overlap the partials
+        part_lse.fill_(2.0)
+        assert bool((part_o == 1).all())
+        o_end = part_o.data_ptr() + part_o.numel() * part_o.element_size()
+        assert part_lse.data_ptr() >= o_end and part_lse.data_ptr() % 4 == 0
+        assert part_lse.data_ptr() + part_lse.numel() * 4 <= ws.data_ptr() + ws.numel() * 4
+        if dtype != torch.float32 and width > 1:  # a workspace sized for 16-bit partials is too small for float32
+            with pytest.raises(ValueError, match="float32 partials"):
+                split_buffers(ws, splits=splits, num_tokens=tokens, num_heads=heads, head_size=width, device=ws.device)
+
+
+def test_half_partials_need_several_splits() -> None:
+    from hwtune.kernels.triton_mla import MlaConfig
+
+    with pytest.raises(ValueError, match="num_splits > 1"):
+        MlaConfig(16, 1, 16, 1, 4, 2, half_partials=True)
 
 
 def test_bad_arguments_are_refused_with_the_contract() -> None:

@@ -61,12 +61,19 @@ class TritonMlaRunner(MlaRunner):
         self.workspace = self._workspace(p, self.config)
         self.extra["config"] = self.config.name()
 
-    def _workspace(self, p: MlaProblem, config: object) -> torch.Tensor | None:
+    def _workspace(self, p: MlaProblem, *configs: object) -> torch.Tensor | None:
+        """One split-KV scratch large enough for every one of ``configs`` (None when none splits)."""
         assert p.dims is not None
-        size = self.kernels.workspace_size(
-            num_tokens=p.num_tokens, num_heads=p.spec.num_heads, kv_lora_rank=p.dims.lora, num_splits=config.num_splits,
-            half_partials=config.half_partials,
-        )  # fmt: skip
+        size = max(
+            self.kernels.workspace_size(
+                num_tokens=p.num_tokens,
+                num_heads=p.spec.num_heads,
+                kv_lora_rank=p.dims.lora,
+                num_splits=cfg.num_splits,
+                half_partials=cfg.half_partials,
+            )  # fmt: skip
+            for cfg in configs
+        )
         return torch.empty(size, dtype=torch.float32, device=p.q.device) if size else None
 
     def _call(self, p: MlaProblem, config: object, out: torch.Tensor, lse: torch.Tensor | None, ws: object) -> None:
@@ -94,8 +101,7 @@ class TritonMlaRunner(MlaRunner):
         from hwtune.probes.attention.candidates.config_search import fastest_config
 
         assert self.out is not None
-        largest = max(space, key=lambda cfg: (cfg.num_splits, not cfg.half_partials))  # float32 partials: the larger
-        ws = self._workspace(p, largest)  # one scratch for every config
+        ws = self._workspace(p, *space)  # one scratch for every config
         best, seen = fastest_config(space, lambda cfg, out: self._call(p, cfg, out, None, ws), self.out)
         self.extra.update(seen)
         return best
