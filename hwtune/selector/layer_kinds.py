@@ -84,7 +84,9 @@ def _combined(
                 f"no tactic measured on every kind of layer in some phase: not costed over every layer ({per_kind})"
             )
             return replace(main, source="static", latency_us=None, confidence=None, detail=detail)
-        detail = f"one tactic per shape over every layer; each kind's own best: {per_kind}"
+        detail = f"one tactic per shape over every layer; each kind's own best: {per_kind}" + (
+            f"; {main.detail}" if main.detail else ""
+        )
         source = "measured" if one.exact else "interpolated"
         tactics = {**main.tactics, **one.tactics}
         conf = round(one.confidence, 3)
