@@ -29,6 +29,7 @@ from hwtune.kernels.configs import (
     is_decode_shape,
     next_pow2,
     prefill_block_m,
+    split_words,
 )
 
 LOG2E = 1.4426950408889634
@@ -377,8 +378,10 @@ def split_buffers(
     workspace one is allocated (sizes from host ints; fine under graph capture, but pass a preallocated one to keep
     the capture's memory fixed)."""
     n_o = splits * num_tokens * num_heads * head_size
-    words = n_o if partial_dtype == torch.float32 else (n_o * partial_dtype.itemsize + 3) // 4
-    need = words + splits * num_tokens * num_heads
+    words, need = split_words(
+        num_splits=splits, num_tokens=num_tokens, num_heads=num_heads, head_size=head_size,
+        partial_bytes=partial_dtype.itemsize,
+    )  # fmt: skip
     if workspace is None:
         workspace = torch.empty(need, dtype=torch.float32, device=device)
     elif workspace.dtype != torch.float32 or not workspace.is_contiguous() or workspace.numel() < need:

@@ -321,9 +321,20 @@ def config_space(
     return unique
 
 
+def split_words(
+    *, num_splits: int, num_tokens: int, num_heads: int, head_size: int, partial_bytes: int = 4
+) -> tuple[int, int]:
+    """The split-KV scratch's layout in float32 words (``_common.split_buffers`` carves it): (words of the partial
+    outputs, one row of ``head_size`` elements of ``partial_bytes`` each per split, token and head; total words, the
+    float32 partial LSEs after them)."""
+    rows = num_splits * num_tokens * num_heads
+    partials = (rows * head_size * partial_bytes + 3) // 4
+    return partials, partials + rows
+
+
 def workspace_size(*, num_tokens: int, num_heads: int, head_size: int, num_splits: int) -> int:
     """float32 elements of scratch the split-KV launch needs: per split, one partial output row
     (head_size) and one partial LSE per (token, query head). Zero when ``num_splits == 1``."""
     if num_splits <= 1:
         return 0
-    return num_splits * num_tokens * num_heads * (head_size + 1)
+    return split_words(num_splits=num_splits, num_tokens=num_tokens, num_heads=num_heads, head_size=head_size)[1]

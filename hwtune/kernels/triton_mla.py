@@ -38,7 +38,7 @@ from hwtune.kernels._common import (
     split_tile_range,
     store_result,
 )
-from hwtune.kernels.configs import cdiv, next_pow2
+from hwtune.kernels.configs import cdiv, next_pow2, split_words
 
 LATENT_DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn)
 MAX_ROWS = 64  # query rows per program: a [64, 512] float32 accumulator is what a program can hold
@@ -137,8 +137,10 @@ def workspace_size(
     needed without splits)."""
     if num_splits <= 1:
         return 0
-    rows = num_splits * num_tokens * num_heads
-    return rows * ((kv_lora_rank + 1) // 2 if half_partials else kv_lora_rank) + rows
+    return split_words(
+        num_splits=num_splits, num_tokens=num_tokens, num_heads=num_heads, head_size=kv_lora_rank,
+        partial_bytes=2 if half_partials else 4,
+    )[1]  # fmt: skip
 
 
 # --- device side ---------------------------------------------------------------------------------------------
