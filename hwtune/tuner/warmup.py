@@ -27,6 +27,7 @@ from typing import Callable
 
 from hwtune.core import catalogue
 from hwtune.core.devices import DeviceProfile
+from hwtune.core.records import FAILED
 from hwtune.core.types import AttentionWorkload
 from hwtune.probes.attention.measure import Planned, measure_attention, plan_candidates
 from hwtune.probes.attention.worker import WorkerPool
@@ -34,8 +35,8 @@ from hwtune.probes.timing import TimingOptions
 from hwtune.tuner.plan import Plan, PlanItem
 from hwtune.tuner.run import describe_item
 
-#: Statuses of a warm-up job whose kernels may not have compiled (a wrong answer or a refusal ran or decided them).
-UNCOMPILED = ("error", "crashed", "timeout")
+#: Statuses of a warm-up job whose kernels may not have compiled: the failures but a wrong answer, which ran them.
+UNCOMPILED = FAILED - {"wrong_answer"}
 
 log = logging.getLogger(__name__)
 
