@@ -35,6 +35,12 @@ from hwtune.kernels.configs import (
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
+#: The split-KV merge's work per program: one (token, head) output, or a slice of it no narrower than
+#: ``MERGE_MIN_D`` where the (token, head) programs alone would not give every SM one (``merge_block_d``); its
+#: splits are loaded ``MERGE_TILE // width`` at a time (4096 elements: 32 float32 registers a thread at 4 warps).
+MERGE_MIN_D = 64
+MERGE_TILE = 4096
+
 #: Integer kernel arguments that change with the workload (batch, split count, query tiles, the block table's row
 #: stride and the split scratch's per-split stride) and that Triton would otherwise specialise on (``== 1``, divisible
 #: by 16), compiling every config once per combination. Left generic, a config compiles once per constexpr set and
@@ -200,39 +206,42 @@ def _merge_kernel(
     CHUNK: tl.constexpr,
     WRITE_LSE: tl.constexpr,
 ):
-    """out = sum_s exp(lse_s - lse) * o_s with lse = log sum_s exp(lse_s): exact for any split of the KV."""
+    """out = sum_s exp(lse_s - lse) * o_s with lse = log sum_s exp(lse_s): exact for any split of the KV.
+
+    One program per (token, head, ``BLOCK_D`` slice of the head), one pass over the splits in chunks of ``CHUNK``
+    with the running maximum rescaled as it grows (as the attention kernels do over KV tiles): each program's loads
+    are independent, so a call costs about one memory round trip, not one per split chunk."""
     tok = tl.program_id(0)
     head = tl.program_id(1)
+    d_blk = tl.program_id(2)
     if tok >= tl.load(qsl_ptr + batch):
         return  # padding tokens beyond the batch's queries are left untouched, like the unsplit path
     base = tok.to(tl.int64) * stride_pt + head * stride_ph
     offs_s = tl.arange(0, CHUNK)
-    m = tl.full([CHUNK], float("-inf"), tl.float32)
-    for s0 in range(0, num_splits, CHUNK):
-        s_ok = s0 + offs_s < num_splits
-        ls = tl.load(part_lse_ptr + (s0 + offs_s).to(tl.int64) * stride_ps + base, mask=s_ok, other=float("-inf"))
-        m = tl.maximum(m, ls)
-    m_all = tl.max(m, 0)
-    m_safe = tl.where(m_all == float("-inf"), 0.0, m_all)
-    offs_d = tl.arange(0, BLOCK_D)
+    offs_d = d_blk * BLOCK_D + tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_D
+    m = tl.max(tl.full([CHUNK], float("-inf"), tl.float32), 0)
+    total = tl.sum(tl.zeros([CHUNK], tl.float32), 0)
     acc = tl.zeros([BLOCK_D], tl.float32)
-    wsum = tl.zeros([CHUNK], tl.float32)
     for s0 in range(0, num_splits, CHUNK):
         s_ok = s0 + offs_s < num_splits
         row = (s0 + offs_s).to(tl.int64) * stride_ps + base
         ls = tl.load(part_lse_ptr + row, mask=s_ok, other=float("-inf"))
-        w = tl.exp(ls - m_safe)
         o = tl.load(part_o_ptr + row[:, None] * HEAD_D + offs_d[None, :], mask=s_ok[:, None] & d_ok[None, :], other=0.0)
+        m_new = tl.maximum(m, tl.max(ls, 0))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        scale = tl.exp(m - m_safe)  # 0 while nothing was seen (m = -inf)
+        w = tl.exp(ls - m_safe)  # 0 for splits that saw no KV (LSE -inf) and past the last split
         o = o.to(tl.float32)  # 16-bit partials (``split_buffers``) are merged in float32
-        acc += tl.sum(tl.where(w[:, None] > 0.0, o, 0.0) * w[:, None], 0)
-        wsum += w
-    total = tl.sum(wsum, 0)
+        acc = acc * scale + tl.sum(tl.where(w[:, None] > 0.0, o, 0.0) * w[:, None], 0)
+        total = total * scale + tl.sum(w, 0)
+        m = m_new
     o = acc / tl.where(total > 0.0, total, 1.0)
     tl.store(
         out_ptr + tok.to(tl.int64) * stride_ot + head * stride_oh + offs_d, o.to(out_ptr.dtype.element_ty), mask=d_ok
     )
-    if WRITE_LSE:
+    if WRITE_LSE and d_blk == 0:
+        m_safe = tl.where(m == float("-inf"), 0.0, m)
         lse = tl.where(total > 0.0, m_safe + tl.log(tl.where(total > 0.0, total, 1.0)), float("-inf"))
         tl.store(lse_ptr + tok.to(tl.int64) * stride_lt + head * stride_lh, lse)
 
@@ -395,6 +404,22 @@ def split_buffers(
     return part_o, part_lse
 
 
+def merge_block_d(num_tokens: int, num_heads: int, head_size: int, sms: int) -> int:
+    """Width of the head slice one merge program combines: the whole (power-of-two padded) head where the (token, head)
+    programs fill every SM at least once, else halved until they do or the slice reaches ``MERGE_MIN_D``.
+
+    Measured on an H100 (2026-11-27, DeepSeek-V3 TP 8 decode: 16 heads of 512, page 16; benchmarks/results/
+    experiments/mla_decode_gap_h100_2026-11-27*.jsonl): the merge's device time at batch 1-8 went from 2.5-7.3 us
+    (whole heads, the two-pass kernel before) to 1.8-5.9 us; slicing every head in four regardless took batch 32-128
+    (2048-8192 programs) from 3.8-4.8 us to 7.7-11.0 us, which this rule avoids (3.2-5.1 us there)."""
+    whole = next_pow2(head_size)
+    programs = max(1, num_tokens * num_heads)
+    if programs >= sms:
+        return whole
+    slices = min(next_pow2(cdiv(sms, programs)), max(1, whole // MERGE_MIN_D))
+    return whole // slices
+
+
 def merge_splits(
     part_o: torch.Tensor,
     part_lse: torch.Tensor,
@@ -407,7 +432,8 @@ def merge_splits(
     tokens past the batch's queries are left untouched."""
     splits, num_tokens, num_heads, head_size = part_o.shape
     lse_arg = lse if lse is not None else part_lse
-    _merge_kernel[(num_tokens, num_heads)](
+    block_d = merge_block_d(num_tokens, num_heads, head_size, num_sms(out.device))
+    _merge_kernel[(num_tokens, num_heads, cdiv(head_size, block_d))](
         part_o,
         part_lse,
         out,
@@ -423,8 +449,8 @@ def merge_splits(
         lse_arg.stride(0),
         lse_arg.stride(1),
         HEAD_D=head_size,
-        BLOCK_D=next_pow2(head_size),
-        CHUNK=min(16, next_pow2(splits)),
+        BLOCK_D=block_d,
+        CHUNK=max(2, min(MERGE_TILE // block_d, next_pow2(splits))),
         WRITE_LSE=lse is not None,
         num_warps=4,
     )

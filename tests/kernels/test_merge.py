@@ -1,0 +1,92 @@
+"""The split-KV merge kernel (``_common.merge_splits``) alone, in Triton's interpreter, against a torch
+logsumexp merge: more splits than one chunk of the kernel's loop (so the running maximum is rescaled between
+chunks), head sizes that are and are not a multiple of the kernel's head slice, 16-bit partials, splits that saw no
+KV (LSE -inf), a row no split saw (output 0, LSE -inf) and padding tokens past the batch left untouched."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hwtune.kernels._common import MERGE_MIN_D, merge_block_d
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = r"""
+import json, sys
+import torch
+import hwtune.kernels._common as common
+
+def case(splits, tokens, heads, head, dtype, with_lse, seed, sms):
+    common.num_sms = lambda device: sms  # the interpreter's 4 SMs would never slice the heads
+    g = torch.Generator().manual_seed(seed)
+    part_o = torch.randn(splits, tokens, heads, head, generator=g).to(dtype)
+    part_lse = torch.randn(splits, tokens, heads, generator=g) * 4 + 20  # large LSEs: exp overflows unless rescaled
+    part_lse[::3, 0, 0] = float("-inf")  # every third split saw no KV for (token 0, head 0)
+    part_lse[:, 1, heads - 1] = float("-inf")  # no split saw any KV for (token 1, last head)
+    part_o[:, 1, heads - 1] = float("nan")  # and its partials are garbage the merge must not read
+    batch_tokens = tokens - 1  # the last token is CUDA-graph padding
+    qsl = torch.tensor([0, 1, batch_tokens], dtype=torch.int32)
+    out = torch.full((tokens, heads, head), 7.0, dtype=dtype)
+    lse = torch.full((tokens, heads), 7.0) if with_lse else None
+    common.merge_splits(part_o, part_lse, out, lse, qsl, 2)
+    w = torch.softmax(part_lse, 0).nan_to_num(0.0)
+    ref = (w[..., None] * part_o.float().nan_to_num(0.0)).sum(0)
+    ref_lse = torch.logsumexp(part_lse, 0)
+    real = slice(0, batch_tokens)
+    err = float((out[real].float() - ref[real]).abs().max())
+    lse_err = float((lse[real] - ref_lse[real]).nan_to_num(0.0).abs().max()) if with_lse else 0.0
+    return {
+        "err": err, "lse_err": lse_err,
+        "padding_untouched": bool((out[batch_tokens:] == 7.0).all())
+        and (not with_lse or bool((lse[batch_tokens:] == 7.0).all())),
+        "empty_row_zero": bool((out[1, heads - 1] == 0).all()),
+        "empty_lse_inf": (not with_lse) or bool(lse[1, heads - 1] == float("-inf")),
+    }
+
+print(json.dumps({
+    "f32_70_splits_d512": case(70, 4, 3, 512, torch.float32, True, 0, 4),
+    "f32_70_splits_d512_sliced": case(70, 4, 3, 512, torch.float32, True, 0, 1000),
+    "bf16_5_splits_d96_sliced": case(5, 3, 2, 96, torch.bfloat16, True, 1, 1000),
+    "f32_33_splits_d200_no_lse_sliced": case(33, 3, 2, 200, torch.float32, False, 2, 1000),
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def results() -> dict:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    ("case", "tol"),
+    [
+        ("f32_70_splits_d512", 1e-5),
+        ("f32_70_splits_d512_sliced", 1e-5),
+        ("bf16_5_splits_d96_sliced", 2e-2),
+        ("f32_33_splits_d200_no_lse_sliced", 1e-5),
+    ],
+)
+def test_merge_matches_a_logsumexp_merge(case: str, tol: float, results: dict) -> None:
+    r = results[case]
+    assert r["err"] <= tol, r
+    assert r["lse_err"] <= 1e-4, r
+    assert r["padding_untouched"] and r["empty_row_zero"] and r["empty_lse_inf"], r
+
+
+def test_heads_are_sliced_only_while_the_token_head_programs_leave_sms_idle() -> None:
+    assert merge_block_d(num_tokens=32, num_heads=16, head_size=512, sms=132) == 512  # 512 programs: whole heads
+    assert merge_block_d(num_tokens=8, num_heads=16, head_size=512, sms=132) == 256  # 128 programs: two slices
+    assert merge_block_d(num_tokens=1, num_heads=16, head_size=512, sms=132) == MERGE_MIN_D  # 8 slices, the floor
+    assert merge_block_d(num_tokens=1, num_heads=32, head_size=96, sms=132) == 64  # padded to 128, two slices
+    assert merge_block_d(num_tokens=1, num_heads=8, head_size=64, sms=132) == 64  # never below the floor
