@@ -1,12 +1,13 @@
 """Per-step tactic dispatch: the chosen backend's best tactic per (phase, batch or chunk, context) cell.
 
 ``dispatch_table`` builds the cells from the evidence once per Selection; engines may call
-``Selection.tactic_for`` every step, and cells are powers of two, so ``lookup`` is two ``bit_length`` calls and one
-dict access.
+``Selection.tactic_for`` every step. Cells split every doubling of batch, chunk and context in ``CELLS_PER_OCTAVE``
+(``cell_bounds``), so ``lookup`` is two binary searches over a few dozen bounds and one dict access.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
@@ -18,34 +19,55 @@ if TYPE_CHECKING:
     from hwtune.selector.selection import DispatchEntry, Selection
 
 
+#: Dispatch cells per doubling of each axis. A cell's tactic is the one estimated best at its geometric centre, so a
+#: shape near a cell's edge takes a tactic chosen up to half a cell away. Finer cells were re-scored on every committed
+#: H100 regret store and not adopted (docs/tuning.md "Dispatch cells"): they moved a few shapes from one side of an
+#: interpolated crossover to the other, better on some models and worse on others, at 3-4x the cells to estimate.
+CELLS_PER_OCTAVE = 1
+
+
+def cell_bounds(low: int, high: int) -> list[int]:
+    """Upper bounds of the cells covering ``low`` to ``high``: ``low``, then ``round(2 ** (i / CELLS_PER_OCTAVE))``
+    above it, up to the first power of two at or above ``high``; ascending, no repeats."""
+    top = max(low, 1 << max(high - 1, 0).bit_length())
+    out = [low]
+    i = 0
+    while out[-1] < top:
+        b = min(round(2 ** (i / CELLS_PER_OCTAVE)), top)
+        if b > out[-1]:
+            out.append(b)
+        i += 1
+    return out
+
+
 def build_table(entries: Iterable["DispatchEntry"]) -> tuple[dict, dict]:
-    """({(phase, row exponent, context exponent): tactic}, {phase: (min row exp, max row exp, min c exp, max c
-    exp)}); rows are batch sizes (decode), chunk lengths (prefill) or tokens per rank (all2all)."""
+    """({(phase, row bound, context bound): tactic}, {phase: (row bounds, context bounds)}, both ascending); rows
+    are batch sizes (decode), chunk lengths (prefill) or tokens per rank (all2all)."""
     cells: dict = {}
-    bounds: dict[str, list[int]] = {}
+    axes: dict[str, tuple[set, set]] = {}
     for e in entries:
-        ib, ic = (e.batch_max - 1).bit_length(), (e.context_max - 1).bit_length()
-        cells[(e.phase, ib, ic)] = e.tactic
-        lo_b, hi_b, lo_c, hi_c = bounds.get(e.phase, [ib, ib, ic, ic])
-        bounds[e.phase] = [min(lo_b, ib), max(hi_b, ib), min(lo_c, ic), max(hi_c, ic)]
-    return cells, {p: tuple(v) for p, v in bounds.items()}
+        cells[(e.phase, e.batch_max, e.context_max)] = e.tactic
+        rows, contexts = axes.setdefault(e.phase, (set(), set()))
+        rows.add(e.batch_max)
+        contexts.add(e.context_max)
+    return cells, {p: (sorted(r), sorted(c)) for p, (r, c) in axes.items()}
 
 
 def lookup(selection: "Selection", phase: str, batch: int, context: int, query_len: int | None = None) -> str:
     """The cell's tactic; shapes beyond the grid use its edge cells; no grid: the phase's static tactic. A prefill
     is looked up by its chunk (``query_len``; without it, min(context, 2048)) and its context."""
-    cells, bounds = selection._table
-    edge = bounds.get(phase)
-    if edge is None:
+    cells, axes = selection._table
+    bounds = axes.get(phase)
+    if bounds is None:
         return selection.tactics.get(phase, selection.tactic)
-    min_b, max_b, min_c, max_c = edge
+    rows, contexts = bounds
     row = (query_len or min(context, 2048)) if phase == "prefill" else batch
-    ib = min(max(max(row - 1, 0).bit_length(), min_b), max_b)
-    ic = min(max(max(context - 1, 0).bit_length(), min_c), max_c)
-    found = cells.get((phase, ib, ic))
-    while found is None and phase == "prefill" and ib > min_b:  # a chunk above the context: the largest below
-        ib -= 1
-        found = cells.get((phase, ib, ic))
+    i = min(bisect.bisect_left(rows, row), len(rows) - 1)
+    c = contexts[min(bisect.bisect_left(contexts, context), len(contexts) - 1)]
+    found = cells.get((phase, rows[i], c))
+    while found is None and phase == "prefill" and i > 0:  # a chunk above the context: the largest below
+        i -= 1
+        found = cells.get((phase, rows[i], c))
     return found or selection.tactics.get(phase, selection.tactic)
 
 
@@ -55,21 +77,19 @@ MAX_CHUNK = 32768
 
 
 def _grid(phase: str, max_batch: int, max_context: int) -> list[tuple[int, int, MixPoint]]:
-    """The power-of-two cells of one phase as (row bucket, context bucket, the shape at the cell's geometric
-    centre): decode rows are batch sizes, prefill rows chunk lengths (cells with the chunk above the context
-    left out), all2all rows tokens per rank."""
-    centre = lambda m, floor: m if m <= floor else max(1, round(m / math.sqrt(2)))  # noqa: E731
+    """The cells of one phase (``cell_bounds`` on each axis) as (row bound, context bound, the shape at the cell's
+    geometric centre): decode rows are batch sizes, prefill rows chunk lengths (cells with the chunk above the
+    context left out), all2all rows tokens per rank."""
     if phase == "prefill":
-        rows = [1 << i for i in range(4, max(16, min(max_context, MAX_CHUNK) - 1).bit_length() + 1)]
+        rows = cell_bounds(16, max(16, min(max_context, MAX_CHUNK)))
     else:
-        rows = [1 << i for i in range(max(1, max_batch - 1).bit_length() + 1)]
-    contexts = (
-        [1] if phase == "dispatch_combine" else [1 << i for i in range(4, max(16, max_context - 1).bit_length() + 1)]
-    )
+        rows = cell_bounds(1, max(1, max_batch))
+    contexts = [1] if phase == "dispatch_combine" else cell_bounds(16, max(16, max_context))
+    row_centre, ctx_centre = _centres(rows), _centres(contexts)
     cells = []
     for rm in rows:
         for cm in contexts:
-            r, c = centre(rm, 1 if phase != "prefill" else 16), centre(cm, 16)
+            r, c = row_centre[rm], ctx_centre[cm]
             if phase == "prefill":
                 if rm > cm:
                     continue
@@ -77,6 +97,15 @@ def _grid(phase: str, max_batch: int, max_context: int) -> list[tuple[int, int, 
             else:
                 cells.append((rm, cm, MixPoint(phase, r, c, 1.0, 1)))
     return cells
+
+
+def _centres(bounds: Sequence[int]) -> dict[int, int]:
+    """Each cell's geometric centre between the bound below it and its own, rounded into the integers the cell holds
+    (above the bound below; the first cell: its bound)."""
+    out = {bounds[0]: bounds[0]}
+    for lo, b in zip(bounds, bounds[1:]):
+        out[b] = min(max(round(math.sqrt(lo * b)), lo + 1), b)
+    return out
 
 
 def _box(tactics: Mapping[str, Sequence[Point]], phase: str) -> tuple[float, float, float, float]:
@@ -127,13 +156,13 @@ def _best_tactic(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> tuple[
 
 
 def dispatch_table(ev: Evidence, backend: str, max_batch: int, max_context: int) -> tuple[DispatchEntry, ...]:
-    """Best tactic of ``backend`` per cell of a power-of-two grid: decode by batch x context, prefill by chunk x
+    """Best tactic of ``backend`` per cell of the dispatch grid: decode by batch x context, prefill by chunk x
     context, all2all by tokens per rank (``_grid``).
 
     Inside the measured range each cell's tactic minimises the estimated latency at the cell's geometric
     centre, so shapes between measured points follow the measured crossovers; beyond it, the tactic robust
-    across the nearest measured shapes (``robust_tactic``). ``hwtune.selector.dispatch.lookup`` finds a cell by bit
-    length in constant time.
+    across the nearest measured shapes (``robust_tactic``). ``hwtune.selector.dispatch.lookup`` finds a cell by two
+    binary searches.
     """
     by_phase: dict[str, dict[str, Sequence[Point]]] = {}
     for (b, t, p), pts in ev.points.items():

@@ -9,6 +9,7 @@ measured faster than a smaller one on either side of it), by its nearest measure
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Sequence
 
@@ -23,6 +24,7 @@ def _log(x: float) -> float:
     return math.log2(max(x, 1e-9))
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a dispatch table asks for the same measured shapes' coordinates per cell
 def shape_coords(phase: str, batch: int, context: int, query_len: int) -> tuple[float, float]:
     """Where a shape lies for interpolation (log2): decode by (batch, context); prefill by (new tokens, context
     per new token), since which kernel wins follows the chunk and how much cached prefix it attends to (a short

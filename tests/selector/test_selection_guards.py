@@ -267,6 +267,41 @@ def test_dispatch_table_follows_a_context_crossover(store) -> None:
     assert short and {e.tactic for e in short} == {"xqa"} and long and {e.tactic for e in long} == {"fa2-tc"}
 
 
+def test_dispatch_cells_split_each_doubling_and_centre_on_integers_they_hold(monkeypatch) -> None:
+    from hwtune.selector import dispatch
+
+    assert dispatch.cell_bounds(1, 200) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert dispatch.cell_bounds(16, 16) == [16]
+    assert dispatch._centres([1, 2, 4, 8]) == {1: 1, 2: 2, 4: 3, 8: 6}  # the cell (1, 2] holds batch 2 only
+    monkeypatch.setattr(dispatch, "CELLS_PER_OCTAVE", 2)
+    assert dispatch.cell_bounds(1, 16) == [1, 2, 3, 4, 6, 8, 11, 16]
+    assert dispatch.cell_bounds(16, 100) == [16, 23, 32, 45, 64, 91, 128]
+
+
+def test_dispatch_lookup_finds_half_octave_cells(store, monkeypatch) -> None:
+    """With two cells per doubling the crossover of the test above is located within half an octave: the cell
+    (1448, 2048] is decided at its centre (1722 tokens, xqa) and (2048, 2896] at 2435 (fa2-tc)."""
+    from hwtune.selector import dispatch
+
+    monkeypatch.setattr(dispatch, "CELLS_PER_OCTAVE", 2)
+    url, s = store
+    recs = []
+    for b in (1, 16, 256):
+        for c in (512, 2048, 8192, 32768):
+            w = AttentionWorkload(SPEC, "decode", b, c)
+            recs += [
+                attention_rec(w, "FLASHINFER", "xqa", 5 + c / 100),
+                attention_rec(w, "FLASHINFER", "fa2-tc", 20 + c / 400),
+            ]
+    for chunk, ctx in PREFILL_GRID:
+        recs.append(attention_rec(AttentionWorkload(SPEC, "prefill", 1, ctx, query_len=chunk), "FLASHINFER", "fa3", 30))
+    s.write(recs)
+    sel = select(url)
+    assert {e.context_max for e in sel.dispatch if e.phase == "decode"} >= {1448, 2048, 2896}
+    assert sel.tactic_for("decode", 8, 1700) == "xqa" and sel.tactic_for("decode", 8, 2500) == "fa2-tc"
+    assert sel.tactic_for("decode", 8, 10**6) == "fa2-tc" and sel.tactic_for("decode", 10**4, 3) == "xqa"
+
+
 # --- measured all2all ----------------------------------------------------------------------------------------
 
 # allgather_reducescatter is faster for decode steps (few tokens per rank), deepep_high_throughput for prefill
