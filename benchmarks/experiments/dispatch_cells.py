@@ -3,10 +3,11 @@ into 1, 2 or 4 cells per doubling (``hwtune.selector.dispatch.CELLS_PER_OCTAVE``
 oracle workload's exact shape (the limit of infinitely fine cells: the same per-cell choice, evaluated at the
 workload), and times the measured selection of each (docs/tuning.md "Dispatch cells").
 
-    python benchmarks/experiments/dispatch_cells.py RESULTS_DIR CONFIG:TP[:fp8] [RESULTS_DIR CONFIG:TP ...]
+    python benchmarks/experiments/dispatch_cells.py RESULTS_DIR MODEL:TP[:fp8] [RESULTS_DIR MODEL:TP ...]
 
-Each RESULTS_DIR holds ``<model>-tp<TP>[-kv<dtype>]_{train,oracle}.jsonl`` as ``benchmarks/regret_rescore.sh`` reads
-them; the stores are imported into a temporary folder. Prints one line per model: hwtune's geomean / p95 / worst
+MODEL is a file name under tests/data/models without ``.json`` (``gemma-2-9b-it:1``). Each RESULTS_DIR holds
+``<model>-tp<TP>[-kv<dtype>]_{train,oracle}.jsonl`` as ``benchmarks/regret_rescore.sh`` reads them; the stores are
+imported into a temporary folder. Prints one line per model: hwtune's geomean / p95 / worst
 regret and the selection's milliseconds per variant.
 """
 

@@ -1,7 +1,8 @@
 """The split-KV merge kernel (``_common.merge_splits``) alone, in Triton's interpreter, against a torch
 logsumexp merge: more splits than one chunk of the kernel's loop (so the running maximum is rescaled between
-chunks), head sizes that are and are not a multiple of the kernel's head slice, 16-bit partials, splits that saw no
-KV (LSE -inf), a row no split saw (output 0, LSE -inf) and padding tokens past the batch left untouched."""
+chunks), LSEs whose exponentials overflow float32 unless the maximum is subtracted, head sizes that are and are not
+a multiple of the kernel's head slice, 16-bit partials, splits that saw no KV (LSE -inf; a whole first chunk of
+them), a row no split saw (output 0, LSE -inf) and padding tokens past the batch left untouched."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ def case(splits, tokens, heads, head, dtype, with_lse, seed, sms):
     common.num_sms = lambda device: sms  # the interpreter's 4 SMs would never slice the heads
     g = torch.Generator().manual_seed(seed)
     part_o = torch.randn(splits, tokens, heads, head, generator=g).to(dtype)
-    part_lse = torch.randn(splits, tokens, heads, generator=g) * 4 + 20  # large LSEs: exp overflows unless rescaled
+    part_lse = torch.randn(splits, tokens, heads, generator=g) * 30 + 100  # exp(lse) overflows float32 unrescaled
     part_lse[::3, 0, 0] = float("-inf")  # every third split saw no KV for (token 0, head 0)
+    part_lse[: splits // 2 + 1, 2 % tokens, 0] = float("-inf")  # (token 2, head 0): the first chunk(s) saw no KV
     part_lse[:, 1, heads - 1] = float("-inf")  # no split saw any KV for (token 1, last head)
     part_o[:, 1, heads - 1] = float("nan")  # and its partials are garbage the merge must not read
     batch_tokens = tokens - 1  # the last token is CUDA-graph padding
