@@ -241,9 +241,8 @@ def test_prefill_chunk_length_of_a_weights_file_is_costed(store, tmp_path, chunk
 # --- dispatch table ------------------------------------------------------------------------------------------
 
 
-def test_dispatch_table_follows_a_context_crossover(store) -> None:
-    """FLASHINFER's xqa is faster below about 2000 tokens of context, fa2-tc above, at every batch size."""
-    url, s = store
+def context_crossover_records() -> list[MeasurementRecord]:
+    """FLASHINFER's xqa faster below about 2000 tokens of context, fa2-tc above, at every batch; fa3 prefill."""
     recs = []
     for b in (1, 16, 256):
         for c in (512, 2048, 8192, 32768):
@@ -254,7 +253,13 @@ def test_dispatch_table_follows_a_context_crossover(store) -> None:
             ]
     for chunk, ctx in PREFILL_GRID:
         recs.append(attention_rec(AttentionWorkload(SPEC, "prefill", 1, ctx, query_len=chunk), "FLASHINFER", "fa3", 30))
-    s.write(recs)
+    return recs
+
+
+def test_dispatch_table_follows_a_context_crossover(store) -> None:
+    """FLASHINFER's xqa is faster below about 2000 tokens of context, fa2-tc above, at every batch size."""
+    url, s = store
+    s.write(context_crossover_records())
     sel = select(url)
     assert sel.backend == "FLASHINFER" and sel.ranked[0].source in ("measured", "interpolated")
     for batch in (1, 8, 200):
@@ -285,17 +290,7 @@ def test_dispatch_lookup_finds_half_octave_cells(store, monkeypatch) -> None:
 
     monkeypatch.setattr(dispatch, "CELLS_PER_OCTAVE", 2)
     url, s = store
-    recs = []
-    for b in (1, 16, 256):
-        for c in (512, 2048, 8192, 32768):
-            w = AttentionWorkload(SPEC, "decode", b, c)
-            recs += [
-                attention_rec(w, "FLASHINFER", "xqa", 5 + c / 100),
-                attention_rec(w, "FLASHINFER", "fa2-tc", 20 + c / 400),
-            ]
-    for chunk, ctx in PREFILL_GRID:
-        recs.append(attention_rec(AttentionWorkload(SPEC, "prefill", 1, ctx, query_len=chunk), "FLASHINFER", "fa3", 30))
-    s.write(recs)
+    s.write(context_crossover_records())
     sel = select(url)
     assert {e.context_max for e in sel.dispatch if e.phase == "decode"} >= {1448, 2048, 2896}
     assert sel.tactic_for("decode", 8, 1700) == "xqa" and sel.tactic_for("decode", 8, 2500) == "fa2-tc"
