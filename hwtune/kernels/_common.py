@@ -209,8 +209,8 @@ def _merge_kernel(
     """out = sum_s exp(lse_s - lse) * o_s with lse = log sum_s exp(lse_s): exact for any split of the KV.
 
     One program per (token, head, ``BLOCK_D`` slice of the head), one pass over the splits in chunks of ``CHUNK``
-    with the running maximum rescaled as it grows (as the attention kernels do over KV tiles): each program's loads
-    are independent, so a call costs about one memory round trip, not one per split chunk."""
+    with the running maximum rescaled as it grows (as the attention kernels do over KV tiles): the LSEs and partials
+    are read once, and no chunk's loads wait on another chunk's arithmetic."""
     tok = tl.program_id(0)
     head = tl.program_id(1)
     d_blk = tl.program_id(2)
