@@ -43,12 +43,12 @@ def _rewrap(attn: list[str], merge: list[str]) -> None:
     """Replace the paged-attention and merge kernels by JIT functions that leave ``attn`` / ``merge`` unspecialised."""
     import triton
 
-    from hwtune.kernels import _common, triton_attention
+    from hwtune.kernels import split_kv, triton_attention
 
     k = triton_attention._paged_attn_kernel
     triton_attention._paged_attn_kernel = triton.jit(do_not_specialize=attn)(k.fn)
-    m = _common._merge_kernel
-    _common._merge_kernel = triton.jit(do_not_specialize=merge)(m.fn)
+    m = split_kv._merge_kernel
+    split_kv._merge_kernel = triton.jit(do_not_specialize=merge)(m.fn)
 
 
 def child(variant: str) -> None:

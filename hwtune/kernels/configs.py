@@ -324,7 +324,7 @@ def config_space(
 def split_words(
     *, num_splits: int, num_tokens: int, num_heads: int, head_size: int, partial_bytes: int = 4
 ) -> tuple[int, int]:
-    """The split-KV scratch's layout in float32 words (``_common.split_buffers`` carves it): (words of the partial
+    """The split-KV scratch's layout in float32 words (``split_kv.split_buffers`` carves it): (words of the partial
     outputs, one row of ``head_size`` elements of ``partial_bytes`` each per split, token and head; total words, the
     float32 partial LSEs after them)."""
     rows = num_splits * num_tokens * num_heads

@@ -33,12 +33,10 @@ from hwtune.kernels._common import (
     check_runnable,
     jit_workload_generic,
     l2_bytes,
-    merge_splits,
     num_sms,
     plan_launch,
     program_coords,
     query_tile,
-    split_buffers,
     split_tile_range,
     store_result,
 )
@@ -52,6 +50,7 @@ from hwtune.kernels.configs import (
     next_pow2,
     workspace_size,
 )
+from hwtune.kernels.split_kv import merge_splits, split_buffers
 
 KV_DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn)
 

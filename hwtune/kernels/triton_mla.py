@@ -10,7 +10,7 @@ read of a tile comes from L2). The score is two dots (ckv and kpe parts), the ou
 Query token ``i`` of request ``r`` sits at position ``seq_lens[r] - query_len[r] + i`` and sees KV positions up to
 it (speculative decode: causal among the new tokens); ``causal=False`` lets every query see the whole KV (a DCP
 share). With ``num_splits > 1`` (flash-decoding) each split writes a normalised partial and its LSE, and
-``_common.merge_splits`` combines them by LSE. LSE: natural log of the softmax denominator of
+``split_kv.merge_splits`` combines them by LSE. LSE: natural log of the softmax denominator of
 ``softmax_scale * q.k`` (float32), so partial results over disjoint KV merge exactly (DCP).
 
 Caches: fp16 or bf16 like the query, or float8_e4m3fn with one per-tensor ``kv_scale`` (folded into the softmax
@@ -32,13 +32,12 @@ from hwtune.kernels._common import (
     check_lse,
     check_runnable,
     jit_workload_generic,
-    merge_splits,
     num_sms,
-    split_buffers,
     split_tile_range,
     store_result,
 )
 from hwtune.kernels.configs import cdiv, next_pow2, split_words
+from hwtune.kernels.split_kv import merge_splits, split_buffers
 
 LATENT_DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn)
 MAX_ROWS = 64  # query rows per program: a [64, 512] float32 accumulator is what a program can hold

@@ -26,12 +26,11 @@ from hwtune.kernels._common import (
     check_query_io,
     check_runnable,
     l2_bytes,
-    merge_splits,
     num_sms,
     plan_launch,
-    split_buffers,
 )
 from hwtune.kernels.configs import TritonAttnConfig, cdiv, turboquant_config
+from hwtune.kernels.split_kv import merge_splits, split_buffers
 from hwtune.kernels.turboquant_kernels import tq_attn_kernel, tq_write_kernel
 
 HEAD_SIZES = (64, 128, 256)

@@ -141,11 +141,11 @@ def test_one_config_compiles_once_for_every_batch_and_context() -> None:
     and 16 and at block tables 32 to 47 pages wide runs one compiled kernel (the tuner's per-workload config search
     would otherwise recompile its whole space for each new combination); the merge compiles once per head-slice width
     (``merge_block_d``: whole heads once the (token, head) programs fill the SMs)."""
-    from hwtune.kernels import _common, triton_attention
+    from hwtune.kernels import _common, split_kv, triton_attention
 
     config = {"block_n": 64, "num_splits": 3}
     before, widths = None, set()
-    merge_before = _compiled_variants(_common._merge_kernel) if _common._merge_kernel.device_caches else 0
+    merge_before = _compiled_variants(split_kv._merge_kernel) if split_kv._merge_kernel.device_caches else 0
     for q_lens, seq_lens in (((1,), (500,)), ((1,) * 5, (700, 3, 16, 650, 100)), ((1,) * 16, (512,) * 16)):
         p = Problem(q_lens, seq_lens, num_heads=32, num_kv_heads=8, head_size=128, config=config)
         t = build(p, "cuda")
@@ -158,5 +158,5 @@ def test_one_config_compiles_once_for_every_batch_and_context() -> None:
         counts = _compiled_variants(triton_attention._paged_attn_kernel)
         assert before is None or counts == before, f"recompiled for batch {len(q_lens)}: {before} -> {counts}"
         before = counts
-        widths.add(_common.merge_block_d(len(q_lens), 32, 128, _common.num_sms(torch.device("cuda"))))
-        assert _compiled_variants(_common._merge_kernel) <= merge_before + len(widths)  # one per head-slice width
+        widths.add(split_kv.merge_block_d(len(q_lens), 32, 128, _common.num_sms(torch.device("cuda"))))
+        assert _compiled_variants(split_kv._merge_kernel) <= merge_before + len(widths)  # one per head-slice width

@@ -1,4 +1,4 @@
-"""The split-KV merge kernel (``_common.merge_splits``) alone, in Triton's interpreter, against a torch
+"""The split-KV merge kernel (``split_kv.merge_splits``) alone, in Triton's interpreter, against a torch
 logsumexp merge: more splits than one chunk of the kernel's loop (so the running maximum is rescaled between
 chunks), LSEs whose exponentials overflow float32 unless the maximum is subtracted, head sizes that are and are not
 a multiple of the kernel's head slice, 16-bit partials, splits that saw no KV (LSE -inf; a whole first chunk of
@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from hwtune.kernels._common import MERGE_MIN_D, merge_block_d
+from hwtune.kernels.split_kv import MERGE_MIN_D, merge_block_d
 
 ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = r"""
 import json, sys
 import torch
-import hwtune.kernels._common as common
+import hwtune.kernels.split_kv as split_kv
 
 def case(splits, tokens, heads, head, dtype, with_lse, seed, sms):
-    common.num_sms = lambda device: sms  # the interpreter's 4 SMs would never slice the heads
+    split_kv.num_sms = lambda device: sms  # the interpreter's 4 SMs would never slice the heads
     g = torch.Generator().manual_seed(seed)
     part_o = torch.randn(splits, tokens, heads, head, generator=g).to(dtype)
     part_lse = torch.randn(splits, tokens, heads, generator=g) * 30 + 100  # exp(lse) overflows float32 unrescaled
@@ -36,7 +36,7 @@ def case(splits, tokens, heads, head, dtype, with_lse, seed, sms):
     qsl = torch.tensor([0, 1, batch_tokens], dtype=torch.int32)
     out = torch.full((tokens, heads, head), 7.0, dtype=dtype)
     lse = torch.full((tokens, heads), 7.0) if with_lse else None
-    common.merge_splits(part_o, part_lse, out, lse, qsl, 2)
+    split_kv.merge_splits(part_o, part_lse, out, lse, qsl, 2)
     w = torch.softmax(part_lse, 0).nan_to_num(0.0)
     ref = (w[..., None] * part_o.float().nan_to_num(0.0)).sum(0)
     ref_lse = torch.logsumexp(part_lse, 0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hwtune.kernels import _common, triton_attention, triton_mla
+from hwtune.kernels import _common, split_kv, triton_attention, triton_mla
 
 pytestmark = pytest.mark.skipif(
     _common.interpreting(), reason="TRITON_INTERPRET is set: the interpreter compiles nothing and specialises nothing"
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.mark.parametrize(
     "kernel",
-    [triton_attention._paged_attn_kernel, triton_mla._mla_decode_kernel, _common._merge_kernel],
+    [triton_attention._paged_attn_kernel, triton_mla._mla_decode_kernel, split_kv._merge_kernel],
     ids=lambda k: k.__name__,
 )
 def test_workload_integers_are_not_specialised(kernel) -> None:  # noqa: ANN001 - a Triton JITFunction
@@ -25,6 +25,6 @@ def test_workload_integers_are_not_specialised(kernel) -> None:  # noqa: ANN001 
 
 def test_every_workload_integer_names_a_kernel_argument() -> None:
     used = set()
-    for k in (triton_attention._paged_attn_kernel, triton_mla._mla_decode_kernel, _common._merge_kernel):
+    for k in (triton_attention._paged_attn_kernel, triton_mla._mla_decode_kernel, split_kv._merge_kernel):
         used |= {p.name for p in k.params}
     assert set(_common.WORKLOAD_INTS) <= used

@@ -257,7 +257,7 @@ def test_tuned_search_space_starts_with_auto_and_keeps_each_split_a_tile() -> No
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_split_buffers_carve_partials_and_lses_apart_within_the_workspace_size(dtype) -> None:
-    from hwtune.kernels._common import split_buffers
+    from hwtune.kernels.split_kv import split_buffers
     from hwtune.kernels.triton_mla import workspace_size
 
     for splits, tokens, heads, width in ((2, 1, 16, 512), (3, 5, 3, 7), (7, 3, 24, 1), (16, 1, 1, 3)):

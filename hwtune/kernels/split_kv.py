@@ -1,0 +1,166 @@
+"""The split-KV scratch and merge shared by TRITON_ATTN, TURBOQUANT and HWTUNE_TRITON_MLA: each split of a request's
+KV writes its normalised partial output and its LSE into one float32 workspace (``split_buffers``; its layout is
+``configs.split_words``), and ``merge_splits`` combines them by LSE into the output, exactly for any split.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton.language as tl
+
+from hwtune.kernels._common import jit_workload_generic, num_sms
+from hwtune.kernels.configs import cdiv, next_pow2, split_words
+
+#: The split-KV merge's work per program: one (token, head) output, or a slice of it no narrower than
+#: ``MERGE_MIN_D`` where the (token, head) programs alone would not give every SM one (``merge_block_d``); its
+#: splits are loaded ``MERGE_TILE // width`` at a time (4096 elements: 32 float32 registers a thread at 4 warps).
+MERGE_MIN_D = 64
+MERGE_TILE = 4096
+
+
+@jit_workload_generic
+def _merge_kernel(
+    part_o_ptr,
+    part_lse_ptr,
+    out_ptr,
+    lse_ptr,
+    qsl_ptr,
+    batch,
+    num_splits,
+    stride_ps,
+    stride_pt,
+    stride_ph,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_lh,
+    HEAD_D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    CHUNK: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+):
+    """out = sum_s exp(lse_s - lse) * o_s with lse = log sum_s exp(lse_s): exact for any split of the KV.
+
+    One program per (token, head, ``BLOCK_D`` slice of the head), one pass over the splits in chunks of ``CHUNK``
+    with the running maximum rescaled as it grows (as the attention kernels do over KV tiles): the LSEs and partials
+    are read once, and no chunk's loads wait on another chunk's arithmetic."""
+    tok = tl.program_id(0)
+    head = tl.program_id(1)
+    d_blk = tl.program_id(2)
+    if tok >= tl.load(qsl_ptr + batch):
+        return  # padding tokens beyond the batch's queries are left untouched, like the unsplit path
+    base = tok.to(tl.int64) * stride_pt + head * stride_ph
+    offs_s = tl.arange(0, CHUNK)
+    offs_d = d_blk * BLOCK_D + tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_D
+    m = tl.max(tl.full([CHUNK], float("-inf"), tl.float32), 0)
+    total = tl.sum(tl.zeros([CHUNK], tl.float32), 0)
+    acc = tl.zeros([BLOCK_D], tl.float32)
+    for s0 in range(0, num_splits, CHUNK):
+        s_ok = s0 + offs_s < num_splits
+        row = (s0 + offs_s).to(tl.int64) * stride_ps + base
+        ls = tl.load(part_lse_ptr + row, mask=s_ok, other=float("-inf"))
+        o = tl.load(part_o_ptr + row[:, None] * HEAD_D + offs_d[None, :], mask=s_ok[:, None] & d_ok[None, :], other=0.0)
+        m_new = tl.maximum(m, tl.max(ls, 0))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        scale = tl.exp(m - m_safe)  # 0 while nothing was seen (m = -inf)
+        w = tl.exp(ls - m_safe)  # 0 for splits that saw no KV (LSE -inf) and past the last split
+        o = o.to(tl.float32)  # 16-bit partials (``split_buffers``) are merged in float32
+        acc = acc * scale + tl.sum(tl.where(w[:, None] > 0.0, o, 0.0) * w[:, None], 0)
+        total = total * scale + tl.sum(w, 0)
+        m = m_new
+    o = acc / tl.where(total > 0.0, total, 1.0)
+    tl.store(
+        out_ptr + tok.to(tl.int64) * stride_ot + head * stride_oh + offs_d, o.to(out_ptr.dtype.element_ty), mask=d_ok
+    )
+    if WRITE_LSE and d_blk == 0:
+        m_safe = tl.where(m == float("-inf"), 0.0, m)
+        lse = tl.where(total > 0.0, m_safe + tl.log(tl.where(total > 0.0, total, 1.0)), float("-inf"))
+        tl.store(lse_ptr + tok.to(tl.int64) * stride_lt + head * stride_lh, lse)
+
+
+def split_buffers(
+    workspace: torch.Tensor | None,
+    *,
+    splits: int,
+    num_tokens: int,
+    num_heads: int,
+    head_size: int,
+    device: torch.device,
+    partial_dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Views of the split-KV scratch: partial outputs [S, T, H, D] (``partial_dtype``: float32, or the output's 16-bit
+    dtype to halve their traffic) and partial LSEs [S, T, H] (float32), carved from one float32 workspace. Without a
+    workspace one is allocated (sizes from host ints; fine under graph capture, but pass a preallocated one to keep
+    the capture's memory fixed)."""
+    n_o = splits * num_tokens * num_heads * head_size
+    words, need = split_words(
+        num_splits=splits, num_tokens=num_tokens, num_heads=num_heads, head_size=head_size,
+        partial_bytes=partial_dtype.itemsize,
+    )  # fmt: skip
+    if workspace is None:
+        workspace = torch.empty(need, dtype=torch.float32, device=device)
+    elif workspace.dtype != torch.float32 or not workspace.is_contiguous() or workspace.numel() < need:
+        raise ValueError(
+            f"the split-KV workspace must be a contiguous float32 tensor of at least {need} elements "
+            f"(workspace_size(num_tokens={num_tokens}, num_heads={num_heads}, head_size={head_size}, "
+            f"num_splits={splits}) with {partial_dtype} partials); got {workspace.dtype}, {workspace.numel()} elements"
+        )
+    part_o = workspace[:words].view(partial_dtype)[:n_o].view(splits, num_tokens, num_heads, head_size)
+    part_lse = workspace[words:need].view(splits, num_tokens, num_heads)
+    return part_o, part_lse
+
+
+def merge_block_d(num_tokens: int, num_heads: int, head_size: int, sms: int) -> int:
+    """Width of the head slice one merge program combines: the whole (power-of-two padded) head where the (token, head)
+    programs fill every SM at least once, else halved until they do or the slice reaches ``MERGE_MIN_D``.
+
+    Measured on an H100 (2026-11-27, DeepSeek-V3 TP 8 decode: 16 heads of 512, page 16; benchmarks/results/
+    experiments/mla_decode_gap_h100_2026-11-27*.jsonl): the merge's device time at batch 1-8 went from 2.5-7.3 us
+    (whole heads, the two-pass kernel before) to 1.8-5.9 us; slicing every head in four regardless took batch 32-128
+    (2048-8192 programs) from 3.8-4.8 us to 7.7-11.0 us, which this rule avoids (3.2-5.1 us there)."""
+    whole = next_pow2(head_size)
+    programs = max(1, num_tokens * num_heads)
+    if programs >= sms:
+        return whole
+    slices = min(next_pow2(cdiv(sms, programs)), max(1, whole // MERGE_MIN_D))
+    return whole // slices
+
+
+def merge_splits(
+    part_o: torch.Tensor,
+    part_lse: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor | None,
+    query_start_loc: torch.Tensor,
+    batch: int,
+) -> None:
+    """Combine the split-KV partials into ``out`` (and ``lse``) by their LSEs: exact for any split, and padding
+    tokens past the batch's queries are left untouched."""
+    splits, num_tokens, num_heads, head_size = part_o.shape
+    lse_arg = lse if lse is not None else part_lse
+    block_d = merge_block_d(num_tokens, num_heads, head_size, num_sms(out.device))
+    _merge_kernel[(num_tokens, num_heads, cdiv(head_size, block_d))](
+        part_o,
+        part_lse,
+        out,
+        lse_arg,
+        query_start_loc,
+        batch,
+        splits,
+        part_lse.stride(0),
+        part_lse.stride(1),
+        part_lse.stride(2),
+        out.stride(0),
+        out.stride(1),
+        lse_arg.stride(0),
+        lse_arg.stride(1),
+        HEAD_D=head_size,
+        BLOCK_D=block_d,
+        CHUNK=max(2, min(MERGE_TILE // block_d, next_pow2(splits))),
+        WRITE_LSE=lse is not None,
+        num_warps=4,
+    )
+
+
+__all__ = ["MERGE_MIN_D", "merge_block_d", "merge_splits", "split_buffers"]
