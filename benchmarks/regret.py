@@ -337,10 +337,13 @@ def measure_model(cfg: Path, tp: int, out: Path, steps: set[str], args: argparse
         _check("quick", result["quick_tune"])
     if "default" in steps:
         plan = plan_from_model(cfg, tp=tp, kinds=["attention"], device=profile, attention_overrides=overrides)
+        from hwtune.tuner.schedule import BISECT_FACTOR
+
         result["default_tune"] = {
             **tune(plan, out / "train.db", backends),
             "workloads": len(plan.items),
             "backends": list(backends or ["all"]),
+            "bisect_factor": BISECT_FACTOR,
         }
         print("default", result["default_tune"], flush=True)
         _check("default", result["default_tune"])
@@ -392,12 +395,22 @@ def main() -> int:
         action="store_true",
         help="score a model of windowed and full-attention layers by its windowed spec alone (as before 2026-11-27)",
     )
+    p.add_argument(
+        "--bisect-factor",
+        type=float,
+        default=None,
+        help="tune with this tuner.schedule.BISECT_FACTOR instead of its default (an experiment; kept in regret.json)",
+    )
     p.add_argument("--device", default="auto", help="score for a simulated device (synthetic stores)")
     p.add_argument(
         "--as-stored", action="store_true", help="with --score-only: score as the machine that measured train.db"
     )
     args = p.parse_args()
     steps = set(args.steps.split(","))
+    if args.bisect_factor:
+        from hwtune.tuner import schedule
+
+        schedule.BISECT_FACTOR = args.bisect_factor
     for cfg, tp, out in _models(args):
         out.mkdir(parents=True, exist_ok=True)
         result_file = out / "regret.json"

@@ -31,7 +31,7 @@ from hwtune.probes.attention.worker import WorkerPool
 from hwtune.probes.timing import TimingOptions
 from hwtune.tuner.options import TuneOptions
 from hwtune.tuner.plan import Plan, PlanItem, _kv_fits
-from hwtune.tuner.schedule import PRUNE_FACTOR, bisections, order_refinements, pruned
+from hwtune.tuner.schedule import PRUNE_FACTOR, bisections, narrowed, order_refinements, pruned
 
 
 @dataclass
@@ -156,7 +156,8 @@ class Tuner:
 
     def _measure(self, item: PlanItem, queue_id: str, run_id: str, pool: WorkerPool, report: TuneReport) -> None:
         skip = self._already(item.key, queue_id)
-        backends = item.backends or self.opts.backends or self.plan.backends
+        backends = narrowed(item, self.opts.backends)
+        backends = self.plan.backends if backends is None else backends
 
         def store(rec: MeasurementRecord) -> None:
             rec.extra = {**dict(rec.extra or {}), "plan_id": queue_id}

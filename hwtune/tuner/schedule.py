@@ -7,7 +7,11 @@ and query length) were won by different candidates sits on a crossover and is me
 whose neighbours agree is measured last, if time remains. Then the plan adapts (``bisections``): wherever two
 measured neighbours along one axis (decode: batch, context; prefill: chunk, cached prefix) are won by different
 (backend, tactic) candidates that are not a near-tie, and lie at least ``BISECT_FACTOR`` apart, the point
-between them (geometric mean) is measured, and again until every crossover is located within that factor.
+between them (geometric mean) is measured, and again until every crossover is located within that factor. A point
+between neighbours at least ``WIDE_FACTOR`` apart measures every candidate, as a planned point does; a point between
+closer ones (the last round) measures only the contenders there: the candidates within ``CONTENDER`` of the best at
+either neighbour, the two winners among them. Where the crossover lies is a question between those; a candidate
+further behind at both ends of so short a segment cannot win between them, and measuring it would cost the most.
 
 A refinement or bisection point does not measure a candidate that was at least ``PRUNE_FACTOR`` slower than the
 best at every one of its measured neighbours, or failed there in the same KV layout (a wrong answer, a crash, an
@@ -29,8 +33,12 @@ from hwtune.core.records import FAILED, MeasurementRecord
 from hwtune.core.types import AttentionWorkload
 from hwtune.tuner.plan import PlanItem
 
-#: A crossover between measured neighbours further apart than this factor is bisected.
-BISECT_FACTOR = 4
+#: A crossover between measured neighbours at least this factor apart is bisected.
+BISECT_FACTOR = 2
+#: A bisection point between neighbours at least this factor apart measures every candidate; closer, the contenders.
+WIDE_FACTOR = 4
+#: A candidate within this factor of the best at either neighbour is a contender at a bisection point between them.
+CONTENDER = 1.10
 #: Winners within this factor of each other at both neighbours are a near-tie: nothing worth locating.
 NEAR_TIE = 1.03
 #: A candidate this many times slower than the best at every measured neighbour of a point is not measured there.
@@ -92,13 +100,15 @@ def _axes(item: PlanItem) -> tuple[tuple, int, int] | None:
     return ("prefill", w.spec.key(), w.batch), w.query_len, w.context_len - w.query_len
 
 
-def _at(p: PlanItem, q: PlanItem, a: int, b: int) -> PlanItem:
-    """The point (a, b) between neighbours ``p`` and ``q``, a level below both, measuring the backends either
-    measures (every backend where either does)."""
+def _at(p: PlanItem, q: PlanItem, a: int, b: int, contenders: Sequence[str] | None = None) -> PlanItem:
+    """The point (a, b) between neighbours ``p`` and ``q``, a level below both, measuring ``contenders`` (entries
+    ``name:tactic``) when given, else the backends either measures (every backend where either does)."""
     w = p.workload
     assert isinstance(w, AttentionWorkload)
     level = max(p.level, q.level) + 1
     backends = tuple(dict.fromkeys(p.backends + q.backends)) if p.backends and q.backends else None
+    if contenders is not None:
+        backends = tuple(contenders)
     if w.phase == "decode":
         return PlanItem(dataclasses.replace(w, batch=a, context_len=b), level, backends)
     return PlanItem(dataclasses.replace(w, query_len=a, context_len=a + b), level, backends)
@@ -134,10 +144,44 @@ def _crossed(p: dict[tuple[str, str], float], q: dict[tuple[str, str], float]) -
 
 
 def _middle(lo: int, hi: int) -> int | None:
-    """The point between two coordinates (geometric; a prefix of 0 counts as 1), if they are far enough apart."""
+    """The point between two coordinates (geometric; a prefix of 0 counts as 1), if they are far enough apart and it
+    is neither of them."""
     if max(lo, 1) * BISECT_FACTOR > hi:
         return None
-    return round(math.sqrt(max(lo, 1) * hi))
+    mid = round(math.sqrt(max(lo, 1) * hi))
+    return mid if lo < mid < hi else None
+
+
+def _contenders(p: dict[tuple[str, str], float], q: dict[tuple[str, str], float]) -> list[str]:
+    """``name:tactic`` of every candidate within ``CONTENDER`` of the best at ``p`` or at ``q`` (best first)."""
+    near: dict[tuple[str, str], float] = {}
+    for d in (p, q):
+        best = min(d.values())
+        for c, t in d.items():
+            if t <= CONTENDER * best:
+                near[c] = min(near.get(c, math.inf), t / best)
+    return [f"{b}:{t}" for b, t in sorted(near, key=lambda c: (near[c], c))]
+
+
+def narrowed(item: PlanItem, run_backends: Sequence[str] | None) -> tuple[str, ...] | None:
+    """The backends to measure at ``item``: its own (a plan section's names, or a bisection point's contenders), else
+    the run's. A contender (``name:tactic``) is kept only where the run's ``--backends`` allows it: the neighbours'
+    timings that chose it may come from another run of the same store."""
+    if not item.backends:
+        return tuple(run_backends) if run_backends else None
+    if not run_backends:
+        return item.backends
+    allowed = {e for e in run_backends if ":" in e} | {e.partition(":")[0] for e in run_backends if ":" not in e}
+    return tuple(e for e in item.backends if ":" not in e or e in allowed or e.partition(":")[0] in allowed)
+
+
+def _merge(old: PlanItem | None, new: PlanItem) -> PlanItem:
+    """One item for a point that two pairs of neighbours both call for: it measures what either would."""
+    if old is None:
+        return new
+    if old.backends is None or new.backends is None:
+        return dataclasses.replace(new, backends=None)
+    return dataclasses.replace(new, backends=tuple(dict.fromkeys(old.backends + new.backends)))
 
 
 def bisections(
@@ -163,12 +207,14 @@ def bisections(
                 line.sort(key=lambda c: c[axis])
                 for p, q in zip(line, line[1:]):
                     mid = _middle(p[axis], q[axis])
-                    if mid is None or not _crossed(timed[points[p].key], timed[points[q].key]):
+                    tp, tq = timed[points[p].key], timed[points[q].key]
+                    if mid is None or not _crossed(tp, tq):
                         continue
                     coords = (mid, p[1]) if axis == 0 else (p[0], mid)
-                    item = _at(points[p], points[q], *coords)
+                    wide = max(p[axis], 1) * WIDE_FACTOR <= q[axis]
+                    item = _at(points[p], points[q], *coords, None if wide else _contenders(tp, tq))
                     if item.key not in known and fits(item):
-                        new[item.key] = item
+                        new[item.key] = _merge(new.get(item.key), item)
     return list(new.values())
 
 

@@ -7,7 +7,7 @@ import dataclasses
 from hwtune.core.records import LatencyStats, MeasurementRecord
 from hwtune.core.types import AttentionSpec, AttentionWorkload
 from hwtune.tuner.plan import PlanItem
-from hwtune.tuner.schedule import BISECT_FACTOR, PRUNE_FACTOR, bisections, pruned
+from hwtune.tuner.schedule import BISECT_FACTOR, CONTENDER, PRUNE_FACTOR, WIDE_FACTOR, bisections, narrowed, pruned
 
 SPEC = AttentionSpec(32, 8, 128)
 
@@ -105,6 +105,40 @@ def test_a_bisection_point_measures_the_backends_its_neighbours_measure() -> Non
     wide = PlanItem(hi.workload, 0, None)
     [new] = bisections([lo, wide], rec)
     assert new.backends is None
+
+
+def test_the_last_round_measures_only_the_contenders_between_close_neighbours() -> None:
+    """Neighbours closer than WIDE_FACTOR: the point between them measures the candidates within CONTENDER of the
+    best at either end (fa2 wins one end, xqa the other; fa2-tc is close at one end), not one far behind at both."""
+    lo, hi = decode(1, 2048), decode(1, 2048 * WIDE_FACTOR // 2)
+    behind = CONTENDER * 1.05
+    rec = timed(lo, xqa=10.0, fa2=12.0, **{"fa2-tc": 10.0 * behind}) + timed(
+        hi, xqa=30.0, fa2=25.0, **{"fa2-tc": 25.0 * (CONTENDER - 0.01)}
+    )
+    rec += timed(lo, "HWTUNE_TRITON_ATTN", auto=10.0 * behind) + timed(hi, "HWTUNE_TRITON_ATTN", auto=25.0 * behind)
+    [new] = bisections([lo, hi], rec)
+    assert new.workload.context_len == round((2048 * hi.workload.context_len) ** 0.5)
+    assert new.backends is not None and set(new.backends) == {"FLASHINFER:xqa", "FLASHINFER:fa2", "FLASHINFER:fa2-tc"}
+    assert PlanItem.from_dict(new.to_dict()) == new
+    # the same crossover between neighbours WIDE_FACTOR apart measures every candidate
+    far = decode(1, 2048 * WIDE_FACTOR)
+    rec_far = [dataclasses.replace(r, workload=far.workload.to_dict(), workload_key=far.key) for r in rec[4:]]
+    [wide] = bisections([lo, far], [r for r in rec if r.workload_key == lo.key] + rec_far)
+    assert wide.backends is None
+
+
+def test_a_contender_stays_within_the_runs_backends() -> None:
+    """Contenders come from the store's timings, which may hold another run's candidates: the run's --backends still
+    bounds what a point measures; a plan section's backend names are kept as before."""
+    point = PlanItem(decode(1, 3000).workload, 2, ("FLASHINFER:xqa", "TORCH_SDPA:flash", "HWTUNE_TRITON_ATTN:tuned"))
+    assert narrowed(point, None) == point.backends
+    assert narrowed(point, ("FLASHINFER", "HWTUNE_TRITON_ATTN:auto")) == ("FLASHINFER:xqa",)
+    assert narrowed(point, ("HWTUNE_TRITON_ATTN:tuned",)) == ("HWTUNE_TRITON_ATTN:tuned",)
+    assert narrowed(point, ("FLEX_ATTENTION",)) == ()  # nothing of the run's contends here: nothing to measure
+    section = PlanItem(decode(1, 3000).workload, 0, ("FLASHINFER",))
+    assert narrowed(section, ("TORCH_SDPA",)) == ("FLASHINFER",)
+    assert narrowed(PlanItem(decode(1, 3000).workload), ("TORCH_SDPA",)) == ("TORCH_SDPA",)
+    assert narrowed(PlanItem(decode(1, 3000).workload), None) is None
 
 
 def test_a_coarse_point_of_the_second_layout_leaves_out_what_its_twin_found_far_behind() -> None:
