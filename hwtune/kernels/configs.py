@@ -19,7 +19,7 @@ The heuristic's reasoning, for an H100 (132 SMs):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 MAX_DECODE_QUERY_LEN = 16
 """Requests with at most this many new tokens use the decode-style launch (all query rows of a request in
@@ -276,7 +276,10 @@ def config_space(
     """Configs the "tuned" tactic searches for one workload; the "auto" config comes first, no duplicates.
 
     Decode: KV tile x warps x stages x {half, auto, double} splits (36 or fewer). Prefill: (query tile,
-    KV tile) pairs x warps x stages (24 or fewer). Every config here runs correctly; only speed differs.
+    KV tile) pairs x warps x stages (24 or fewer), and where the query tiles alone give fewer programs than SMs (a
+    short chunk, often on a long prefix), auto's config with 2, 4, 8 and 16 times its splits (each split at least 2
+    KV tiles): the auto rule keeps 2048 tokens a split, which leaves most SMs idle under a 96-token chunk. Every config
+    here runs correctly; only speed differs.
     """
     auto = default_config(
         phase=phase,
@@ -312,6 +315,7 @@ def config_space(
                             block_n=bn, num_splits=auto.num_splits, num_warps=warps, num_stages=stages, block_m=bm
                         )
                     )
+        out += _more_prefill_splits(auto, batch, max_query_len, max_seq_len, gqa_group, num_sms, num_kv_heads)
     seen: set[TritonAttnConfig] = set()
     unique = []
     for cfg in out:
@@ -319,6 +323,26 @@ def config_space(
             seen.add(cfg)
             unique.append(cfg)
     return unique
+
+
+def _more_prefill_splits(
+    auto: TritonAttnConfig,
+    batch: int,
+    max_query_len: int,
+    max_seq_len: int,
+    gqa_group: int,
+    num_sms: int,
+    num_kv_heads: int | None,
+) -> list[TritonAttnConfig]:
+    """Auto's prefill config with 2, 4, 8 and 16 times its KV splits (at least 2 KV tiles a split, at most MAX_SPLITS),
+    where its query tiles give fewer programs than SMs; none otherwise."""
+    block_m = auto.block_m or 128
+    programs = batch * (num_kv_heads or 1) * cdiv(max(1, max_query_len), max(1, block_m // gqa_group))
+    if programs >= num_sms:
+        return []
+    s = auto.num_splits or 1
+    most = min(MAX_SPLITS, max(1, max_seq_len // (2 * auto.block_n)))
+    return [replace(auto, num_splits=k * s) for k in (2, 4, 8, 16) if k * s <= most]
 
 
 def split_words(

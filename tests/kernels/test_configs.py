@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from hwtune.core.catalogue.attention import HWTUNE_TRITON_ATTN, HWTUNE_TURBOQUANT
@@ -282,3 +284,16 @@ def test_fp8_decode_tiles_stay_within_the_searched_widths(head_size: int, block_
         kv_cache_bytes=1,
     )
     assert cfg.block_n == block_n
+
+
+def test_a_short_prefill_chunk_searches_more_kv_splits() -> None:
+    """A 96-token chunk on a long prefix has 24 query-tile programs for 132 SMs: the search adds auto's config with
+    2-16x its splits (each split at least two KV tiles); a long chunk, whose tiles fill the SMs, adds none."""
+    shape = dict(phase="prefill", head_size=128, batch=1, gqa_group=4, num_sms=132, num_kv_heads=8)
+    auto = default_config(max_query_len=96, max_seq_len=6096, **shape)
+    space = config_space(max_query_len=96, max_seq_len=6096, **shape)
+    more = [c for c in space if c.num_splits != auto.num_splits]
+    assert more == [dataclasses.replace(auto, num_splits=k * auto.num_splits) for k in (2, 4)]
+    assert all(6096 // c.num_splits >= 2 * c.block_n for c in more)
+    long = config_space(max_query_len=4096, max_seq_len=8192, **shape)
+    assert {c.num_splits for c in long} == {default_config(max_query_len=4096, max_seq_len=8192, **shape).num_splits}

@@ -74,6 +74,14 @@ def test_every_config_in_the_search_space_is_correct(phase: str, head_size: int)
 
 
 @pytest.mark.slow
+def test_every_config_of_a_short_chunk_on_a_long_prefix_is_correct() -> None:
+    """A 96-token chunk on 6000 cached tokens: the space adds auto's config with more KV splits (its query tiles
+    fill few SMs); each must be correct, the split prefill's merge included."""
+    p = Problem((96,), (6096,), num_heads=32, num_kv_heads=8, head_size=128)
+    _assert_space_correct("prefill", p)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("head_size", [64, 128, 256])
 def test_every_prefill_config_is_correct_with_tma_loads(head_size: int) -> None:
     """With 128-token pages every prefill tile lies inside a page, so on Hopper or later the tuner's configs
