@@ -61,6 +61,20 @@ def test_where_measurements_fall_as_the_shape_grows_the_estimate_follows_its_nea
     assert table_selection(ev).tactic_for("decode", 1, 20000) == "fa3"
 
 
+def test_nearest_measurements_all_at_one_context_do_not_flatten_the_context_slope() -> None:
+    """A bisection point that measured only the contenders leaves one tactic with its four nearest measurements to
+    32 x 20000 all at 32768 tokens (Gemma-3-4B, H100, 2026-11-27): a fit over them alone cannot see how latency grows
+    with context and gave the 32768-token latency at 20000, 38 % too high; with the nearest point off that line the
+    estimate follows the context again, and a tactic measured at the same shapes but one more gets the same answer."""
+    shapes = [(16, 8192), (16, 32768), (32, 32768), (64, 32768), (64, 8192)]
+    lat = {(b, c, 1): b * c / 1000 for b, c in shapes}
+    lat_more = {**lat, (45, 32768, 1): 45 * 32768 / 1000}  # the contenders' extra point
+    truth = 32 * 20000 / 1000
+    for table in (lat, lat_more):
+        value = estimate(pts(table), MixPoint("decode", 32, 20000, 1.0))[0]
+        assert abs(value - truth) / truth < 0.1, (sorted(table), value, truth)
+
+
 def test_prefill_estimates_of_an_unmeasured_chunk_grow_with_context_and_stay_under_longer_chunks() -> None:
     """Only 2048- and 8192-token chunks were measured; estimates for 512- and 4096-token chunks must not fall as
     the context grows, and lie between the measured chunks around them."""
