@@ -38,7 +38,7 @@ def round_cost(items: list[PlanItem], recs: list[MeasurementRecord], new: list[P
 
         near = sorted((m for m in items if m.key in timed and (schedule._axes(m) or (None,))[0] == group), key=dist)[:2]
         every = set().union(*(set(timed[m.key]) for m in near)) - set(schedule.pruned(item, items, recs))
-        contenders = {tuple(e.split(":", 1)) for e in item.backends} if item.backends else every
+        contenders = {tuple(e.split(":", 1)) for e in item.backends or ()} if item.contenders else every
         for name, cands in (("every", every), ("contenders", contenders)):
             out[name][0] += len(cands)
             out[name][1] += sum(max((wall[m.key].get(c, 0.0) for m in near), default=0.0) for c in cands)

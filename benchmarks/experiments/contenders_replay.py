@@ -6,8 +6,10 @@ ones). Writes the reduced store (score it with ``benchmarks/regret_rescore.sh`` 
 what the replay kept: points, records, and the seconds those records took to measure (``extra.wall_s``). No GPU.
 
 The plan's own items are the first ``--planned`` workloads the store measured (the tuner measures every planned item
-before it adds a bisection point). A point the replay calls for that the store never measured is counted as missing:
-the replay is exact only when there are none.
+before it adds a bisection point). A point the replay calls for that the store never measured is counted as missing,
+and a candidate the rules would measure that the store lacks at a point cannot be added: the replay shows which points
+and which of the stored candidates the rules keep, not a new tune (it applies neither pruning nor a run's
+``--backends``, which can only remove more).
 
     python benchmarks/experiments/contenders_replay.py STORE.jsonl --planned N --out REDUCED.jsonl
 """
@@ -48,7 +50,7 @@ def replay(lines: list[dict], planned: int) -> tuple[list[MeasurementRecord], di
                 missing.append(item.workload.to_dict())
                 continue
             measured = by_key[item.key]
-            if item.backends and all(":" in b for b in item.backends):
+            if item.contenders:
                 narrowed_points += 1
                 measured = [r for r in measured if f"{r.backend}:{r.tactic}" in item.backends]
             kept += measured

@@ -83,7 +83,7 @@ def estimate(points: Sequence[Point], mp: MixPoint) -> tuple[float, bool, float]
         # The measurements themselves fall as the shape grows here (a kernel's split heuristic: FlashInfer's xqa
         # took 23 us for one request at 32768 tokens and 12 us for 16): no monotone bound holds, so the estimate is
         # the local fit, kept within its neighbours' measured latencies.
-        lats = [lat for _c, lat in near]
+        lats = [lat for _c, lat in near[:NEIGHBOURS]]  # the nearest, not a far point ``_spanning`` added
         return min(max(val, min(lats)), max(lats)), False, conf / 2
     if below:
         val = max(val, max(below))
@@ -99,7 +99,8 @@ def _spanning(
     that (x, y) does not: a fit over points of one context cannot tell how latency grows with context (it would
     give the line's latency at any context). Uneven sampling makes such sets: a bisection point that measured only
     the contenders sits beside the others at one context (Gemma-3-4B, H100, 2026-11-27: fa2-tc's four nearest
-    measurements to 32 x 20000 all lay at 32768 tokens, which put its estimate there 38 % above xqa's)."""
+    measurements to 32 x 20000 all lay at 32768 tokens, one of them a point where fa2, fa2-tc and the Triton kernel
+    were the contenders, which put fa2-tc's estimate there 38 % above xqa's)."""
     ranked = sorted(pts, key=lambda pt: (pt[0][0] - x) ** 2 + (pt[0][1] - y) ** 2)
     near = ranked[:NEIGHBOURS]
     for axis, target in ((0, x), (1, y)):

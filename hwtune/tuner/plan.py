@@ -48,11 +48,14 @@ CPU_PREFILL_CHUNK, CPU_PREFILL_PREFIX = {"coarse": (64,), "refine": ()}, {"coars
 @dataclass(frozen=True)
 class PlanItem:
     """One workload of a plan, its grid level (0 coarse, 1 refinement) and the backends to try (None: the plan's
-    default)."""
+    default). ``contenders``: the backends are a bisection point's contenders (``name:tactic``, chosen from the store's
+    timings), which the run's and the plan's backends still bound (``schedule.narrowed``); a plan section's own
+    backends are not."""
 
     workload: Workload
     level: int = 0
     backends: tuple[str, ...] | None = None  # None: every valid backend
+    contenders: bool = False
 
     @property
     def kind(self) -> str:
@@ -69,6 +72,7 @@ class PlanItem:
             "workload": self.workload.to_dict(),
             "level": self.level,
             "backends": list(self.backends) if self.backends else None,
+            **({"contenders": True} if self.contenders else {}),
         }
 
     @classmethod
@@ -79,6 +83,7 @@ class PlanItem:
             workload_from_dict(data["kind"], data["workload"]),
             int(data.get("level", 0)),
             tuple(backends) if backends else None,
+            bool(data.get("contenders", False)),
         )
 
 

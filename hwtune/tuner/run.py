@@ -156,8 +156,7 @@ class Tuner:
 
     def _measure(self, item: PlanItem, queue_id: str, run_id: str, pool: WorkerPool, report: TuneReport) -> None:
         skip = self._already(item.key, queue_id)
-        backends = narrowed(item, self.opts.backends)
-        backends = self.plan.backends if backends is None else backends
+        backends = narrowed(item, self.opts.backends or self.plan.backends)
 
         def store(rec: MeasurementRecord) -> None:
             rec.extra = {**dict(rec.extra or {}), "plan_id": queue_id}

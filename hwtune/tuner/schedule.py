@@ -9,7 +9,7 @@ measured neighbours along one axis (decode: batch, context; prefill: chunk, cach
 (backend, tactic) candidates that are not a near-tie, and lie at least ``BISECT_FACTOR`` apart, the point
 between them (geometric mean) is measured, and again until every crossover is located within that factor. A point
 between neighbours at least ``WIDE_FACTOR`` apart measures every candidate, as a planned point does; a point between
-closer ones (the last round) measures only the contenders there: the candidates within ``CONTENDER`` of the best at
+closer ones (the last rounds) measures only the contenders there: the candidates within ``CONTENDER`` of the best at
 either neighbour, the two winners among them. Where the crossover lies is a question between those; a candidate
 further behind at both ends of so short a segment cannot win between them, and measuring it would cost the most.
 
@@ -102,16 +102,19 @@ def _axes(item: PlanItem) -> tuple[tuple, int, int] | None:
 
 def _at(p: PlanItem, q: PlanItem, a: int, b: int, contenders: Sequence[str] | None = None) -> PlanItem:
     """The point (a, b) between neighbours ``p`` and ``q``, a level below both, measuring ``contenders`` (entries
-    ``name:tactic``) when given, else the backends either measures (every backend where either does)."""
+    ``name:tactic``, within what either neighbour's own backends allow) when given, else the backends either measures
+    (every backend where either does)."""
     w = p.workload
     assert isinstance(w, AttentionWorkload)
     level = max(p.level, q.level) + 1
     backends = tuple(dict.fromkeys(p.backends + q.backends)) if p.backends and q.backends else None
     if contenders is not None:
-        backends = tuple(contenders)
+        backends, flag = _within(tuple(contenders), backends), True
+    else:
+        flag = p.contenders and q.contenders
     if w.phase == "decode":
-        return PlanItem(dataclasses.replace(w, batch=a, context_len=b), level, backends)
-    return PlanItem(dataclasses.replace(w, query_len=a, context_len=a + b), level, backends)
+        return PlanItem(dataclasses.replace(w, batch=a, context_len=b), level, backends, flag)
+    return PlanItem(dataclasses.replace(w, query_len=a, context_len=a + b), level, backends, flag)
 
 
 def _timings(records: Iterable[MeasurementRecord]) -> dict[str, dict[tuple[str, str], float]]:
@@ -163,16 +166,21 @@ def _contenders(p: dict[tuple[str, str], float], q: dict[tuple[str, str], float]
     return [f"{b}:{t}" for b, t in sorted(near, key=lambda c: (near[c], c))]
 
 
-def narrowed(item: PlanItem, run_backends: Sequence[str] | None) -> tuple[str, ...] | None:
-    """The backends to measure at ``item``: its own (a plan section's names, or a bisection point's contenders), else
-    the run's. A contender (``name:tactic``) is kept only where the run's ``--backends`` allows it: the neighbours'
-    timings that chose it may come from another run of the same store."""
+def _within(entries: tuple[str, ...], bound: Sequence[str] | None) -> tuple[str, ...]:
+    """The ``entries`` (``name`` or ``name:tactic``) that ``bound`` allows (a bare name allows its every tactic)."""
+    if not bound:
+        return entries
+    allowed = {e for e in bound if ":" in e} | {e.partition(":")[0] for e in bound if ":" not in e}
+    return tuple(e for e in entries if e in allowed or e.partition(":")[0] in allowed)
+
+
+def narrowed(item: PlanItem, bound: Sequence[str] | None) -> tuple[str, ...] | None:
+    """The backends to measure at ``item``: its own, else ``bound`` (the run's ``--backends``, else the plan's). A
+    plan section's own backends are measured as given; a bisection point's contenders only where ``bound`` allows them:
+    the neighbours' timings that chose them may come from another run of the same store. Empty: nothing to measure."""
     if not item.backends:
-        return tuple(run_backends) if run_backends else None
-    if not run_backends:
-        return item.backends
-    allowed = {e for e in run_backends if ":" in e} | {e.partition(":")[0] for e in run_backends if ":" not in e}
-    return tuple(e for e in item.backends if ":" not in e or e in allowed or e.partition(":")[0] in allowed)
+        return tuple(bound) if bound else None
+    return _within(item.backends, bound) if item.contenders else item.backends
 
 
 def _merge(old: PlanItem | None, new: PlanItem) -> PlanItem:
@@ -180,8 +188,9 @@ def _merge(old: PlanItem | None, new: PlanItem) -> PlanItem:
     if old is None:
         return new
     if old.backends is None or new.backends is None:
-        return dataclasses.replace(new, backends=None)
-    return dataclasses.replace(new, backends=tuple(dict.fromkeys(old.backends + new.backends)))
+        return dataclasses.replace(new, backends=None, contenders=False)
+    both = tuple(dict.fromkeys(old.backends + new.backends))
+    return dataclasses.replace(new, backends=both, contenders=old.contenders and new.contenders)
 
 
 def bisections(

@@ -68,7 +68,7 @@ def test_nearest_measurements_all_at_one_context_do_not_flatten_the_context_slop
     estimate follows the context again, and a tactic measured at the same shapes but one more gets the same answer."""
     shapes = [(16, 8192), (16, 32768), (32, 32768), (64, 32768), (64, 8192)]
     lat = {(b, c, 1): b * c / 1000 for b, c in shapes}
-    lat_more = {**lat, (45, 32768, 1): 45 * 32768 / 1000}  # the contenders' extra point
+    lat_more = {**lat, (45, 32768, 1): 45 * 32768 / 1000}  # a bisection point measured for the contenders only
     truth = 32 * 20000 / 1000
     for table in (lat, lat_more):
         value = estimate(pts(table), MixPoint("decode", 32, 20000, 1.0))[0]

@@ -119,26 +119,58 @@ def test_the_last_round_measures_only_the_contenders_between_close_neighbours() 
     [new] = bisections([lo, hi], rec)
     assert new.workload.context_len == round((2048 * hi.workload.context_len) ** 0.5)
     assert new.backends is not None and set(new.backends) == {"FLASHINFER:xqa", "FLASHINFER:fa2", "FLASHINFER:fa2-tc"}
-    assert PlanItem.from_dict(new.to_dict()) == new
+    assert new.contenders and PlanItem.from_dict(new.to_dict()) == new
     # the same crossover between neighbours WIDE_FACTOR apart measures every candidate
     far = decode(1, 2048 * WIDE_FACTOR)
-    rec_far = [dataclasses.replace(r, workload=far.workload.to_dict(), workload_key=far.key) for r in rec[4:]]
-    [wide] = bisections([lo, far], [r for r in rec if r.workload_key == lo.key] + rec_far)
-    assert wide.backends is None
+    at_hi = rec[3:6] + rec[7:]  # hi's FlashInfer and Triton records
+    rec_far = [dataclasses.replace(r, workload=far.workload.to_dict(), workload_key=far.key) for r in at_hi]
+    far_rec = [r for r in rec if r.workload_key == lo.key] + rec_far
+    assert min(rec_far, key=lambda r: r.stats.median_us).tactic == "fa2"  # the same crossover, wider
+    [wide] = bisections([lo, far], far_rec)
+    assert wide.backends is None and not wide.contenders
 
 
-def test_a_contender_stays_within_the_runs_backends() -> None:
-    """Contenders come from the store's timings, which may hold another run's candidates: the run's --backends still
-    bounds what a point measures; a plan section's backend names are kept as before."""
-    point = PlanItem(decode(1, 3000).workload, 2, ("FLASHINFER:xqa", "TORCH_SDPA:flash", "HWTUNE_TRITON_ATTN:tuned"))
+def test_a_contender_stays_within_the_runs_and_the_sections_backends() -> None:
+    """Contenders come from the store's timings, which may hold another run's candidates: the run's --backends (else
+    the plan's) still bound what a point measures, and so do the backends its neighbours' plan section names; a plan
+    section's own entries, tactics included, are measured as given, as before."""
+    entries = ("FLASHINFER:xqa", "TORCH_SDPA:flash", "HWTUNE_TRITON_ATTN:tuned")
+    point = PlanItem(decode(1, 3000).workload, 2, entries, contenders=True)
     assert narrowed(point, None) == point.backends
     assert narrowed(point, ("FLASHINFER", "HWTUNE_TRITON_ATTN:auto")) == ("FLASHINFER:xqa",)
     assert narrowed(point, ("HWTUNE_TRITON_ATTN:tuned",)) == ("HWTUNE_TRITON_ATTN:tuned",)
     assert narrowed(point, ("FLEX_ATTENTION",)) == ()  # nothing of the run's contends here: nothing to measure
-    section = PlanItem(decode(1, 3000).workload, 0, ("FLASHINFER",))
-    assert narrowed(section, ("TORCH_SDPA",)) == ("FLASHINFER",)
+    section = PlanItem(decode(1, 3000).workload, 0, ("FLASHINFER", "HWTUNE_TRITON_ATTN:tuned"))
+    assert narrowed(section, ("TORCH_SDPA",)) == section.backends
     assert narrowed(PlanItem(decode(1, 3000).workload), ("TORCH_SDPA",)) == ("TORCH_SDPA",)
     assert narrowed(PlanItem(decode(1, 3000).workload), None) is None
+    # neighbours of a section that names FLASHINFER: another run's TORCH_SDPA timings there contend, but stay out
+    lo, hi = (PlanItem(decode(1, c).workload, 0, ("FLASHINFER",)) for c in (2048, 4096))
+    rec = timed(lo, xqa=10.0, fa2=12.0) + timed(hi, xqa=30.0, fa2=25.0)
+    rec += timed(lo, "TORCH_SDPA", flash=10.5) + timed(hi, "TORCH_SDPA", flash=26.0)
+    [new] = bisections([lo, hi], rec)
+    assert new.contenders and set(new.backends or ()) == {"FLASHINFER:xqa", "FLASHINFER:fa2"}
+
+
+def test_two_pairs_calling_for_one_point_measure_what_either_would() -> None:
+    """A point between neighbours along batch and along context at once: one item, the union of both pairs'
+    contenders; every candidate if either pair was wide apart."""
+    from hwtune.tuner.schedule import _merge
+
+    w = decode(8, 3000).workload
+    a = PlanItem(w, 2, ("FLASHINFER:xqa",), contenders=True)
+    b = PlanItem(w, 2, ("FLASHINFER:fa2", "FLASHINFER:xqa"), contenders=True)
+    assert _merge(None, a) == a
+    assert _merge(a, b) == PlanItem(w, 2, ("FLASHINFER:xqa", "FLASHINFER:fa2"), contenders=True)
+    assert _merge(a, PlanItem(w, 1)) == PlanItem(w, 1)
+
+
+def test_no_point_is_placed_on_a_neighbour() -> None:
+    """Neighbours 2 apart at batch 1 and 2, or 2 and 4 with rounding: the point between must differ from both."""
+    from hwtune.tuner.schedule import _middle
+
+    assert _middle(1, 2) is None and _middle(2, 3) is None
+    assert _middle(2, 4) == 3 and _middle(0, 2) == 1 and _middle(512, 4096) == 1448
 
 
 def test_a_coarse_point_of_the_second_layout_leaves_out_what_its_twin_found_far_behind() -> None:
