@@ -22,6 +22,7 @@ from pathlib import Path
 
 from hwtune.core.records import MeasurementRecord
 from hwtune.core.types import workload_from_dict
+from hwtune.db.transfer import record_line
 from hwtune.tuner import schedule
 from hwtune.tuner.plan import PlanItem
 
@@ -79,7 +80,7 @@ def main() -> None:
     with args.out.open("w") as f:
         f.write(json.dumps({**header, "count": len(kept)}) + "\n")
         for r in kept:
-            f.write(json.dumps(r.to_dict()) + "\n")
+            f.write(record_line(r) + "\n")
     print(json.dumps({"store": str(args.store), **found}))
 
 
