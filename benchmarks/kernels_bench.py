@@ -200,7 +200,7 @@ def auto_config(p: dict) -> ta.TritonAttnConfig:
 
 def triton_call(p: dict, config: ta.TritonAttnConfig | None) -> Callable[[], None]:
     config = config or auto_config(p)
-    ws = torch.empty(
+    ws = torch.zeros(
         max(
             1,
             workspace_size(

@@ -345,20 +345,29 @@ def _more_prefill_splits(
     return [replace(auto, num_splits=k * s) for k in (2, 4, 8, 16) if k * s <= most]
 
 
+#: int32 arrival counters at the head of every split-KV workspace (``split_kv.merge_if_last``): a decode launch whose
+#: (query tile, KV head) programs number at most this merges its splits in the kernel, the last split of each to
+#: finish combining them, and leaves its counter zero again. 64 KiB: far more tiles than a split launch ever has
+#: (splits stop at about 8 programs per SM).
+MERGE_COUNTER_WORDS = 16384
+
+
 def split_words(
     *, num_splits: int, num_tokens: int, num_heads: int, head_size: int, partial_bytes: int = 4
 ) -> tuple[int, int]:
-    """The split-KV scratch's layout in float32 words (``split_kv.split_buffers`` carves it): (words of the partial
-    outputs, one row of ``head_size`` elements of ``partial_bytes`` each per split, token and head; total words, the
-    float32 partial LSEs after them)."""
+    """The split-KV scratch's layout in float32 words (``split_kv.split_buffers`` carves it): ``MERGE_COUNTER_WORDS``
+    int32 counters first, at the same place for every launch (so counters left zero stay zero whatever shapes
+    share the workspace), then the partial outputs (one row of ``head_size`` elements of ``partial_bytes`` each per
+    split, token and head) and the float32 partial LSEs. Returns (end of the partial outputs, total words)."""
     rows = num_splits * num_tokens * num_heads
-    partials = (rows * head_size * partial_bytes + 3) // 4
+    partials = MERGE_COUNTER_WORDS + (rows * head_size * partial_bytes + 3) // 4
     return partials, partials + rows
 
 
 def workspace_size(*, num_tokens: int, num_heads: int, head_size: int, num_splits: int) -> int:
-    """float32 elements of scratch the split-KV launch needs: per split, one partial output row
-    (head_size) and one partial LSE per (token, query head). Zero when ``num_splits == 1``."""
+    """float32 elements of scratch the split-KV launch needs: the merge counters, and per split one partial output
+    row (head_size) and one partial LSE per (token, query head). Zero when ``num_splits == 1``. Allocate it zeroed
+    (``torch.zeros``) when it is first given: the counters must start at zero, and every launch leaves them so."""
     if num_splits <= 1:
         return 0
     return split_words(num_splits=num_splits, num_tokens=num_tokens, num_heads=num_heads, head_size=head_size)[1]

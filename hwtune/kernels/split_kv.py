@@ -1,15 +1,17 @@
 """The split-KV scratch and merge shared by TRITON_ATTN, TURBOQUANT and HWTUNE_TRITON_MLA: each split of a request's
 KV writes its normalised partial output and its LSE into one float32 workspace (``split_buffers``; its layout is
-``configs.split_words``), and ``merge_splits`` combines them by LSE into the output, exactly for any split.
+``configs.split_words``), and they are combined by LSE into the output, exactly for any split: by a second kernel
+(``merge_splits``), or inside the attention kernel by the last split of each tile to finish (``merge_if_last``).
 """
 
 from __future__ import annotations
 
 import torch
+import triton
 import triton.language as tl
 
 from hwtune.kernels._common import jit_workload_generic, num_sms
-from hwtune.kernels.configs import cdiv, next_pow2, split_words
+from hwtune.kernels.configs import MERGE_COUNTER_WORDS, cdiv, next_pow2, split_words
 
 #: The split-KV merge's work per program: one (token, head) output, or a slice of it no narrower than
 #: ``MERGE_MIN_D`` where the (token, head) programs alone would not give every SM one (``merge_block_d``); its
@@ -79,6 +81,69 @@ def _merge_kernel(
         tl.store(lse_ptr + tok.to(tl.int64) * stride_lt + head * stride_lh, lse)
 
 
+@triton.jit
+def merge_if_last(
+    counter_ptr,
+    num_splits,
+    part_o_ptr,
+    part_lse_ptr,
+    out_ptr,
+    lse_ptr,
+    rows_tok,
+    rows_head,
+    row_ok,
+    offs_d,
+    d_ok,
+    stride_ps,
+    stride_pt,
+    stride_ph,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_lh,
+    HEAD_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+):
+    """Called by every split of one (query tile, KV head) after it stored its partial: the last to arrive merges all
+    the tile's splits into ``out`` (and ``lse``) and sets the counter back to zero for the next launch.
+
+    WHY: a second merge kernel costs its launch and a dependency wait (2-4 us on an H100), a quarter of a small
+    decode call. The pattern is the one CUDA's threadFenceReduction sample and cooperative groups' grid barrier use:
+    a CTA barrier orders every thread's partial stores before one thread's gpu-scope release (the acq_rel atomic),
+    and the last arriver's acquire makes every split's stores visible; its loads skip L1 (``.cg``), which another
+    launch's loads of the same addresses could have filled. Splits that saw no KV stored LSE -inf and weigh zero."""
+    tl.debug_barrier()
+    ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+    if ticket == num_splits - 1:
+        base = rows_tok.to(tl.int64) * stride_pt + rows_head * stride_ph
+        mask = row_ok[:, None] & d_ok[None, :]
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        total = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+        for s in range(num_splits):
+            row = s * stride_ps + base
+            ls = tl.load(part_lse_ptr + row, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
+            o_ptrs = part_o_ptr + row[:, None] * HEAD_D + offs_d[None, :]
+            o = tl.load(o_ptrs, mask=mask, other=0.0, cache_modifier=".cg")
+            m_new = tl.maximum(m, ls)
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            scale = tl.exp(m - m_safe)  # 0 while nothing was seen (m = -inf)
+            w = tl.exp(ls - m_safe)  # 0 for a split that saw no KV
+            acc = acc * scale[:, None] + tl.where(w[:, None] > 0.0, o.to(tl.float32), 0.0) * w[:, None]
+            total = total * scale + w
+            m = m_new
+        o = acc / tl.where(total > 0.0, total, 1.0)[:, None]
+        o_off = rows_tok.to(tl.int64) * stride_ot + rows_head * stride_oh
+        tl.store(out_ptr + o_off[:, None] + offs_d[None, :], o.to(out_ptr.dtype.element_ty), mask=mask)
+        if WRITE_LSE:
+            m_safe = tl.where(m == float("-inf"), 0.0, m)
+            lse = tl.where(total > 0.0, m_safe + tl.log(tl.where(total > 0.0, total, 1.0)), float("-inf"))
+            tl.store(lse_ptr + rows_tok.to(tl.int64) * stride_lt + rows_head * stride_lh, lse, mask=row_ok)
+        tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+
+
 def split_buffers(
     workspace: torch.Tensor | None,
     *,
@@ -88,11 +153,13 @@ def split_buffers(
     head_size: int,
     device: torch.device,
     partial_dtype: torch.dtype = torch.float32,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Views of the split-KV scratch: partial outputs [S, T, H, D] (``partial_dtype``: float32, or the output's 16-bit
-    dtype to halve their traffic) and partial LSEs [S, T, H] (float32), carved from one float32 workspace. Without a
-    workspace one is allocated (sizes from host ints; fine under graph capture, but pass a preallocated one to keep
-    the capture's memory fixed)."""
+    dtype to halve their traffic), partial LSEs [S, T, H] (float32) and the in-kernel merge's int32 counters
+    [MERGE_COUNTER_WORDS], carved from one float32 workspace whose counters are zero (allocate it with
+    ``torch.zeros``; every launch leaves them zero). Without a workspace one is allocated, its counters zeroed
+    (sizes from host ints; fine under graph capture, but pass a preallocated one to keep the capture's memory fixed
+    and save the zeroing)."""
     n_o = splits * num_tokens * num_heads * head_size
     words, need = split_words(
         num_splits=splits, num_tokens=num_tokens, num_heads=num_heads, head_size=head_size,
@@ -100,15 +167,19 @@ def split_buffers(
     )  # fmt: skip
     if workspace is None:
         workspace = torch.empty(need, dtype=torch.float32, device=device)
+        workspace[:MERGE_COUNTER_WORDS].zero_()
     elif workspace.dtype != torch.float32 or not workspace.is_contiguous() or workspace.numel() < need:
         raise ValueError(
             f"the split-KV workspace must be a contiguous float32 tensor of at least {need} elements "
             f"(workspace_size(num_tokens={num_tokens}, num_heads={num_heads}, head_size={head_size}, "
-            f"num_splits={splits}) with {partial_dtype} partials); got {workspace.dtype}, {workspace.numel()} elements"
+            f"num_splits={splits}) with {partial_dtype} partials, allocated with torch.zeros); got {workspace.dtype}, "
+            f"{workspace.numel()} elements"
         )
-    part_o = workspace[:words].view(partial_dtype)[:n_o].view(splits, num_tokens, num_heads, head_size)
+    counters = workspace[:MERGE_COUNTER_WORDS].view(torch.int32)
+    part_o = workspace[MERGE_COUNTER_WORDS:words].view(partial_dtype)[:n_o]
+    part_o = part_o.view(splits, num_tokens, num_heads, head_size)
     part_lse = workspace[words:need].view(splits, num_tokens, num_heads)
-    return part_o, part_lse
+    return part_o, part_lse, counters
 
 
 def merge_block_d(num_tokens: int, num_heads: int, head_size: int, sms: int) -> int:
@@ -163,4 +234,4 @@ def merge_splits(
     )
 
 
-__all__ = ["MERGE_MIN_D", "merge_block_d", "merge_splits", "split_buffers"]
+__all__ = ["MERGE_MIN_D", "merge_block_d", "merge_if_last", "merge_splits", "split_buffers"]

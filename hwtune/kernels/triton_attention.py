@@ -8,8 +8,9 @@ new tokens, whole cached prefix). The KV loop runs in two parts: tiles wholly be
 position (no mask: straight 16-byte loads), then the diagonal / tail tiles (masked).
 
 With ``num_splits > 1`` (flash-decoding) each split writes a normalised partial output and its LSE to the
-workspace and a small kernel merges them by LSE; with one split the kernel writes ``out`` and ``lse``
-directly. The LSE is the natural log of the softmax denominator of ``softmax_scale * q.k`` (float32), so
+workspace and they are merged by LSE: in decode-style launches by the last split of each tile to finish, inside
+this kernel (``merges_in_kernel``), otherwise by a small second kernel; with one split the kernel writes ``out``
+and ``lse`` directly. The LSE is the natural log of the softmax denominator of ``softmax_scale * q.k`` (float32), so
 attention over two disjoint KV sets merges exactly (DCP).
 
 KV caches: ``k_cache``/``v_cache`` are 4-D views with any strides (NHD ``[blocks, page, kv_heads, D]`` or
@@ -29,6 +30,7 @@ import triton.language as tl
 
 from hwtune.kernels._common import (
     LOG2E,
+    LaunchPlan,
     check_query_io,
     check_runnable,
     jit_workload_generic,
@@ -43,6 +45,7 @@ from hwtune.kernels._common import (
 from hwtune.kernels._tma import choose_kv_loads, kv_descriptors, kv_matrix, tma_unsupported
 from hwtune.kernels.configs import (
     HEAD_SIZES,
+    MERGE_COUNTER_WORDS,
     TritonAttnConfig,
     config_space,
     default_config,
@@ -50,7 +53,7 @@ from hwtune.kernels.configs import (
     next_pow2,
     workspace_size,
 )
-from hwtune.kernels.split_kv import merge_splits, split_buffers
+from hwtune.kernels.split_kv import merge_if_last, merge_splits, split_buffers
 
 KV_DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn)
 
@@ -159,6 +162,7 @@ def _paged_attn_kernel(
     lse_ptr,
     part_o_ptr,
     part_lse_ptr,
+    counters_ptr,
     desc_k,
     desc_v,
     batch,
@@ -198,6 +202,7 @@ def _paged_attn_kernel(
     WRITE_LSE: tl.constexpr,
     F16_DOTS: tl.constexpr,
     TMA: tl.constexpr,
+    MERGE_HERE: tl.constexpr,
 ):
     pid_q, kv_head, split = program_coords(num_kv_heads, HEADS_FAST)
     tiles_left, req, rows_tok, rows_pos, head, row_ok, first_pos, kv_end = query_tile(
@@ -324,6 +329,39 @@ def _paged_attn_kernel(
         SPLIT,
         WRITE_LSE,
     )
+    if MERGE_HERE:
+        merge_if_last(
+            counters_ptr + pid_q * num_kv_heads + kv_head,
+            num_splits,
+            part_o_ptr,
+            part_lse_ptr,
+            out_ptr,
+            lse_ptr,
+            rows_tok,
+            head,
+            row_ok,
+            offs_d,
+            d_ok,
+            stride_ps,
+            stride_pt,
+            stride_ph,
+            stride_ot,
+            stride_oh,
+            stride_lt,
+            stride_lh,
+            HEAD_D,
+            BLOCK_M,
+            BLOCK_D,
+            WRITE_LSE,
+        )
+
+
+def merges_in_kernel(plan: LaunchPlan, max_query_len: int, num_kv_heads: int) -> bool:
+    """Whether a split launch merges its splits in the kernel (``split_kv.merge_if_last``) rather than in a second
+    kernel: decode-style launches, whose tiles hold one request's few query rows (the last split reads a few KiB
+    per split), while their (tile, KV head) counters fit the workspace's. A prefill-style tile's merge (128 rows of
+    every split) would leave one program reading megabytes while the others idle: those keep the merge kernel."""
+    return is_decode_shape(max_query_len) and plan.grid0 * num_kv_heads <= MERGE_COUNTER_WORDS
 
 
 def _kv_strides(cache: torch.Tensor, kv_layout: str) -> tuple[int, int, int, int]:
@@ -428,12 +466,13 @@ def paged_attention(
     else:
         desc_k, desc_v, tma_geometry = k_cache, v_cache, (0, 0, 0)  # unused by the gather kernel
     splits = plan.num_splits
+    merge_here = splits > 1 and merges_in_kernel(plan, max_query_len, num_kv_heads)
     if splits > 1:
-        part_o, part_lse = split_buffers(
+        part_o, part_lse, counters = split_buffers(
             workspace, splits=splits, num_tokens=num_tokens, num_heads=num_heads, head_size=head_size, device=q.device
         )
     else:
-        part_o = part_lse = out  # unused by the unsplit kernel
+        part_o = part_lse = counters = out  # unused by the unsplit kernel
     lse_arg = lse if lse is not None else out
     pl_strides = (part_lse.stride(0), part_lse.stride(1), part_lse.stride(2)) if splits > 1 else (0, 0, 0)
     _paged_attn_kernel[plan.grid(num_kv_heads)](
@@ -447,6 +486,7 @@ def paged_attention(
         lse_arg,
         part_o,
         part_lse,
+        counters,
         desc_k,
         desc_v,
         batch,
@@ -482,10 +522,11 @@ def paged_attention(
         WRITE_LSE=lse is not None,
         F16_DOTS=k_cache.dtype == torch.float8_e4m3fn and q.dtype == torch.bfloat16,
         TMA=use_tma,
+        MERGE_HERE=merge_here,
         num_warps=plan.num_warps,
         num_stages=plan.num_stages,
     )
-    if splits > 1:
+    if splits > 1 and not merge_here:
         merge_splits(part_o, part_lse, out, lse, query_start_loc, batch)
 
 

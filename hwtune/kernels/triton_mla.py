@@ -376,7 +376,9 @@ def mla_decode(
     if batch == 0 or tokens == 0:
         return config
     splits = config.num_splits
-    part_o, part_lse = (out, out) if splits == 1 else _split_scratch(workspace, config, tokens, heads, kv_lora_rank, q)
+    part_o, part_lse = (
+        (out, out) if splits == 1 else _split_scratch(workspace, config, tokens, heads, kv_lora_rank, q)[:2]
+    )
     n_qt, n_ht = cdiv(max_query_len, config.block_t), cdiv(heads, config.block_h)
     lse_arg = lse if lse is not None else out
     scales = (float(softmax_scale) * float(kv_scale) * LOG2E, float(kv_scale))
@@ -398,7 +400,7 @@ def mla_decode(
 
 def _split_scratch(
     workspace: torch.Tensor | None, config: MlaConfig, tokens: int, heads: int, lora: int, q: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The split-KV partials ``[splits, tokens, heads, lora]`` (float32, or the query's dtype with
     ``config.half_partials``) and ``[splits, tokens, heads]`` in ``workspace`` (allocated when none is given: sizes
     from host integers)."""

@@ -319,7 +319,7 @@ def paged_attention(
     )
     splits = plan.num_splits
     if splits > 1:
-        part_o, part_lse = split_buffers(
+        part_o, part_lse, _counters = split_buffers(
             workspace, splits=splits, num_tokens=num_tokens, num_heads=num_heads, head_size=head_size, device=q.device
         )
         pl_strides = (part_lse.stride(0), part_lse.stride(1), part_lse.stride(2))

@@ -155,6 +155,34 @@ def check_triton(p: Problem, device: str) -> Checks:
     return compare(p, out, lse, ref_out, ref_lse)
 
 
+def check_shared_workspace(p: Problem, device: str) -> Checks:
+    """One zeroed workspace, its partials NaN-filled, serves three split decode calls of different shapes (the
+    problem, its batch reversed and cut to fewer requests, the problem again): each must match the reference, and
+    the in-kernel merge must leave every arrival counter at zero (a counter left over would merge a later call
+    early)."""
+    from hwtune.kernels.configs import MERGE_COUNTER_WORDS, workspace_size
+
+    heads, tokens = p.num_heads, sum(p.q_lens)
+    ws = torch.zeros(
+        workspace_size(num_tokens=tokens, num_heads=heads, head_size=p.head_size, num_splits=p.config["num_splits"]),
+        device=device,
+    )
+    ws[MERGE_COUNTER_WORDS:] = float("nan")
+    cut = max(1, len(p.q_lens) - 1)
+    problems = (p, replace(p, q_lens=p.q_lens[::-1][:cut], seq_lens=p.seq_lens[::-1][:cut]), p)
+    checks: Checks = {}
+    for i, pi in enumerate(problems):
+        t = build(pi, device, seed=i)
+        out, lse = run_triton(pi, t, workspace=ws)
+        ref = paged_attention_ref(
+            t["q"], t["kv"][:, 0], t["kv"][:, 1], t["block_table"], t["seq_lens"], t["qsl"],
+            softmax_scale=p.head_size**-0.5, kv_layout=p.layout,
+        )  # fmt: skip
+        checks.update({f"call{i}/{k}": v for k, v in compare(pi, out, lse, *ref).items()})
+    checks["counters_left_nonzero"] = (float((ws[:MERGE_COUNTER_WORDS].view(torch.int32) != 0).sum()), 0.0)
+    return checks
+
+
 def merge_by_lse(o1, l1, o2, l2):
     lse = torch.logaddexp(l1, l2)
     return (torch.exp(l1 - lse)[..., None] * o1.float() + torch.exp(l2 - lse)[..., None] * o2.float()), lse

@@ -17,6 +17,7 @@ from tests.kernels.cases import (
     Problem,
     check_dcp_merge,
     check_metadata_change,
+    check_shared_workspace,
     check_triton,
     check_turboquant,
     check_turboquant_write,
@@ -67,6 +68,7 @@ INTERP_CASES: dict[str, Case] = {
     "padding_rows_untouched_split": _t(P((1, 1), (20, 33), pad_tokens=3, config=SPLIT3)),
     "lse_dcp_merge": lambda d: check_dcp_merge(P((1, 1), (40, 70), config={"block_n": 16, "num_splits": 2}), d),
     "metadata_change_same_buffers": lambda d: check_metadata_change(P((1, 5, 2), (40, 30, 50)), d),
+    "shared_workspace_merged_in_kernel": lambda d: check_shared_workspace(P((2, 1, 3), (40, 1, 90), config=SPLIT3), d),
     # --- TURBOQUANT ---
     "tq_write_4bit_nhd": _tqw(P((1,), (40,)), 4),
     "tq_write_8bit_hnd_d128": _tqw(P((1,), (40,), head_size=128, layout="HND", num_heads=2), 8),

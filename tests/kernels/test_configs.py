@@ -10,6 +10,7 @@ from hwtune.core.catalogue.attention import HWTUNE_TRITON_ATTN, HWTUNE_TURBOQUAN
 from hwtune.kernels.configs import (
     HEAD_SIZES,
     MAX_SPLITS,
+    MERGE_COUNTER_WORDS,
     MIN_TOKENS_PER_SPLIT,
     TritonAttnConfig,
     config_space,
@@ -155,7 +156,9 @@ def test_unknown_phase_and_head_size_are_refused() -> None:
 
 def test_workspace_size() -> None:
     assert workspace_size(num_tokens=16, num_heads=32, head_size=128, num_splits=1) == 0
-    assert workspace_size(num_tokens=16, num_heads=32, head_size=128, num_splits=8) == 8 * 16 * 32 * 129
+    size = workspace_size(num_tokens=16, num_heads=32, head_size=128, num_splits=8)
+    assert size == MERGE_COUNTER_WORDS + 8 * 16 * 32 * 129
+    assert size == MERGE_COUNTER_WORDS + 8 * 16 * 32 * 129
 
 
 def test_catalogue_declares_what_the_kernels_implement() -> None:

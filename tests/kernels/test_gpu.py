@@ -104,7 +104,7 @@ def test_cuda_graph_capture_follows_new_metadata(kind: str) -> None:
     p = Problem((1,) * 8, (4000, 17, 8192, 100, 2000, 5, 640, 3333), num_heads=32, num_kv_heads=8, head_size=128)
     t = build(p, "cuda")
     cfg = TritonAttnConfig(block_n=64, num_splits=8, num_warps=4, num_stages=3)
-    ws = torch.empty(workspace_size(num_tokens=8, num_heads=32, head_size=128, num_splits=8), device="cuda")
+    ws = torch.zeros(workspace_size(num_tokens=8, num_heads=32, head_size=128, num_splits=8), device="cuda")
     out = torch.empty_like(t["q"])
     lse = torch.empty(8, 32, device="cuda")
     cache = tq_cache_from(p, t, 4)[0] if kind == "turboquant" else None

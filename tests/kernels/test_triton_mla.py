@@ -266,16 +266,17 @@ def test_split_buffers_carve_partials_and_lses_apart_within_the_workspace_size(d
             half_partials=dtype != torch.float32,
         )  # fmt: skip
         ws = torch.zeros(size + 1)[1:]  # a view with a storage offset
-        part_o, part_lse = split_buffers(
+        part_o, part_lse, counters = split_buffers(
             ws, splits=splits, num_tokens=tokens, num_heads=heads, head_size=width, device=ws.device,
             partial_dtype=dtype,
         )  # fmt: skip
         assert part_o.dtype == dtype and part_o.shape == (splits, tokens, heads, width)
         assert part_lse.dtype == torch.float32 and part_lse.shape == (splits, tokens, heads)
+        assert counters.dtype == torch.int32 and counters.data_ptr() == ws.data_ptr()  # first, whatever the shape
         part_o.fill_(1.0)
         assert bool((part_lse == 0).all())  # the LSEs do not overlap the partials
         part_lse.fill_(2.0)
-        assert bool((part_o == 1).all())
+        assert bool((part_o == 1).all()) and bool((counters == 0).all())  # nor the counters
         o_end = part_o.data_ptr() + part_o.numel() * part_o.element_size()
         assert part_lse.data_ptr() >= o_end and part_lse.data_ptr() % 4 == 0
         assert part_lse.data_ptr() + part_lse.numel() * 4 <= ws.data_ptr() + ws.numel() * 4

@@ -62,7 +62,7 @@ class TritonMlaRunner(MlaRunner):
         self.extra["config"] = self.config.name()
 
     def _workspace(self, p: MlaProblem, *configs: object) -> torch.Tensor | None:
-        """One split-KV scratch large enough for every one of ``configs`` (None when none splits)."""
+        """One zeroed split-KV scratch large enough for every one of ``configs`` (None when none splits)."""
         assert p.dims is not None
         size = max(
             self.kernels.workspace_size(
@@ -74,7 +74,7 @@ class TritonMlaRunner(MlaRunner):
             )  # fmt: skip
             for cfg in configs
         )
-        return torch.empty(size, dtype=torch.float32, device=p.q.device) if size else None
+        return torch.zeros(size, dtype=torch.float32, device=p.q.device) if size else None
 
     def _call(self, p: MlaProblem, config: object, out: torch.Tensor, lse: torch.Tensor | None, ws: object) -> None:
         assert p.dims is not None

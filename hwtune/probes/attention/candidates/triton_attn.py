@@ -33,7 +33,22 @@ class TritonAttnRunner(Runner):
         self.configs, self.kernels = _kernels()
         self.config = None
         self.problem: AttentionProblem | None = None
+        self.workspace: torch.Tensor | None = None
         self.extra: dict[str, object] = {}
+
+    def _workspace(self, p: AttentionProblem, configs: list) -> torch.Tensor | None:
+        """One zeroed split-KV scratch for every one of ``configs`` (the kernel keeps its merge counters at zero in
+        it), allocated once: a call given none would zero a fresh one inside every timed launch."""
+        size = max(
+            self.configs.workspace_size(
+                num_tokens=p.q.shape[0],
+                num_heads=p.q.shape[1],
+                head_size=p.q.shape[2],
+                num_splits=cfg.num_splits or 1,
+            )  # fmt: skip
+            for cfg in configs
+        )
+        return torch.zeros(size, dtype=torch.float32, device=p.q.device) if size else None
 
     def _call(self, p: AttentionProblem, config: object, out: torch.Tensor, lse: torch.Tensor | None) -> None:
         self.kernels.paged_attention(
@@ -52,6 +67,7 @@ class TritonAttnRunner(Runner):
             k_scale=p.k_scale,
             v_scale=p.v_scale,
             config=config,
+            workspace=self.workspace,
         )
 
     def _shape_args(self, p: AttentionProblem) -> dict[str, object]:
@@ -75,6 +91,7 @@ class TritonAttnRunner(Runner):
             return
         if self.tactic == "auto":
             self.config = self.configs.default_config(**self._shape_args(p))
+            self.workspace = self._workspace(p, [self.config])
         else:
             self.config = self._search(p)
         self.extra["config"] = self.config.name()
@@ -84,8 +101,10 @@ class TritonAttnRunner(Runner):
         from hwtune.probes.attention.candidates.config_search import fastest_config
 
         assert self.out is not None
+        space = self.configs.config_space(**self._shape_args(p))
+        self.workspace = self._workspace(p, space)
         best, seen = fastest_config(
-            self.configs.config_space(**self._shape_args(p)),
+            space,
             lambda cfg, out: self._call(p, cfg, out, None),
             self.out,
         )
