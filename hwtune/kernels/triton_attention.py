@@ -356,12 +356,23 @@ def _paged_attn_kernel(
         )
 
 
+#: The most KV splits a decode launch merges in the kernel. On an H100 (2026-11-27, benchmarks/results/experiments/
+#: merge_in_kernel_h100_2026-11-27.jsonl: Mixtral-8x7B TP 2 and Llama-3.1-8B with fp8 KV, batch 1-128 x 700-12000,
+#: the probe's timing) the same config's call took 0.95-0.99 of the two-kernel one at 2-4 splits and 1.02-1.52 of it at
+#: 6-47: the last split of a tile reads its splits one after another, while the merge kernel spreads them over SMs.
+MERGE_IN_KERNEL_MAX_SPLITS = 4
+
+
 def merges_in_kernel(plan: LaunchPlan, max_query_len: int, num_kv_heads: int) -> bool:
     """Whether a split launch merges its splits in the kernel (``split_kv.merge_if_last``) rather than in a second
-    kernel: decode-style launches, whose tiles hold one request's few query rows (the last split reads a few KiB
-    per split), while their (tile, KV head) counters fit the workspace's. A prefill-style tile's merge (128 rows of
-    every split) would leave one program reading megabytes while the others idle: those keep the merge kernel."""
-    return is_decode_shape(max_query_len) and plan.grid0 * num_kv_heads <= MERGE_COUNTER_WORDS
+    kernel: decode-style launches (a tile holds one request's few query rows) of at most
+    ``MERGE_IN_KERNEL_MAX_SPLITS`` splits, while their (tile, KV head) counters fit the workspace's. A prefill-style
+    tile's merge (128 rows of every split) would leave one program reading megabytes while the others idle."""
+    return (
+        is_decode_shape(max_query_len)
+        and plan.num_splits <= MERGE_IN_KERNEL_MAX_SPLITS
+        and plan.grid0 * num_kv_heads <= MERGE_COUNTER_WORDS
+    )
 
 
 def _kv_strides(cache: torch.Tensor, kv_layout: str) -> tuple[int, int, int, int]:

@@ -92,19 +92,20 @@ def test_every_prefill_config_is_correct_with_tma_loads(head_size: int) -> None:
     _assert_space_correct("prefill", p)
 
 
-@pytest.mark.parametrize("kind", ["triton", "turboquant"])
-def test_cuda_graph_capture_follows_new_metadata(kind: str) -> None:
+@pytest.mark.parametrize(("kind", "splits"), [("triton", 8), ("triton", 3), ("turboquant", 8)])
+def test_cuda_graph_capture_follows_new_metadata(kind: str, splits: int) -> None:
     """Capture once with a preallocated workspace; rewrite seq_lens / block_table in place; replay: the
-    output must follow the new metadata (no host sync, no stale state in the launch path)."""
+    output must follow the new metadata (no host sync, no stale state in the launch path). Three splits merge in
+    the kernel (``merges_in_kernel``): its arrival counters must come back to zero after every replay."""
     from hwtune.kernels import turboquant as tq
-    from hwtune.kernels.configs import workspace_size
+    from hwtune.kernels.configs import MERGE_COUNTER_WORDS, workspace_size
     from hwtune.kernels.triton_attention import TritonAttnConfig, paged_attention
     from tests.kernels.cases import tq_cache_from
 
     p = Problem((1,) * 8, (4000, 17, 8192, 100, 2000, 5, 640, 3333), num_heads=32, num_kv_heads=8, head_size=128)
     t = build(p, "cuda")
-    cfg = TritonAttnConfig(block_n=64, num_splits=8, num_warps=4, num_stages=3)
-    ws = torch.zeros(workspace_size(num_tokens=8, num_heads=32, head_size=128, num_splits=8), device="cuda")
+    cfg = TritonAttnConfig(block_n=64, num_splits=splits, num_warps=4, num_stages=3)
+    ws = torch.zeros(workspace_size(num_tokens=8, num_heads=32, head_size=128, num_splits=splits), device="cuda")
     out = torch.empty_like(t["q"])
     lse = torch.empty(8, 32, device="cuda")
     cache = tq_cache_from(p, t, 4)[0] if kind == "turboquant" else None
@@ -136,6 +137,7 @@ def test_cuda_graph_capture_follows_new_metadata(kind: str) -> None:
             k, v = tq.dequantize(cache)
         ref = paged_attention_ref(t["q"], k, v, t["block_table"], t["seq_lens"], t["qsl"], softmax_scale=128**-0.5)
         checks = compare(p, out, lse, *ref, lse_limit=3e-3)
+        checks["counters_left_nonzero"] = (float((ws[:MERGE_COUNTER_WORDS].view(torch.int32) != 0).sum()), 0.0)
         failed = {k_: v_ for k_, (v_, limit) in checks.items() if not v_ <= limit}
         assert not failed, f"replay {step}: {failed}"
 
