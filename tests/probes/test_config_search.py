@@ -102,3 +102,48 @@ def test_the_screen_picks_finalists_and_the_finalists_timing_decides(timed: list
     finalists = [t for t in timed if not t.startswith("screen ")]
     assert finalists == ["auto", "flattered", *(c.name() for c in rest[: n - 1])]
     assert len(seen["screened_us"]) == n + 4 and seen["screened_us"]["flattered"] == 9.0
+
+
+def _searched_lse(runner, search, monkeypatch: pytest.MonkeyPatch) -> list:  # noqa: ANN001
+    """The ``lse`` argument of every kernel call ``runner``'s search made (``search()`` runs it)."""
+    got: list = []
+    monkeypatch.setattr(runner, "_call", lambda p, cfg, out, lse, *ws: got.append(lse))
+
+    def fastest(space, call, like):  # noqa: ANN001, ANN202 - config_search.fastest_config with the GPU stood in
+        for cfg in space[:2]:
+            call(cfg, like)
+        return space[0], {}
+
+    monkeypatch.setattr(config_search, "fastest_config", fastest)
+    search()
+    return got
+
+
+def test_the_attention_search_launches_what_the_run_launches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search must time the kernel variant run() runs: an LSE left out (a constexpr of the kernel) timed another
+    compiled variant, 10-12 % faster than the run then was at one-split decode configs (H100, 2026-11-27)."""
+    pytest.importorskip("triton")
+    from hwtune.probes.attention.candidates.triton_attn import TritonAttnRunner
+
+    runner = TritonAttnRunner("tuned")
+    runner.out, runner.lse = torch.zeros(4, 8, 64), torch.zeros(4, 8)
+    p = SimpleNamespace(q=torch.zeros(4, 8, 64))
+    shape = dict(phase="decode", batch=4, max_query_len=1, max_seq_len=3000, head_size=64, gqa_group=4,
+                 num_sms=132, num_kv_heads=2, kv_cache_bytes=2)  # fmt: skip
+    monkeypatch.setattr(runner, "_shape_args", lambda _p: shape)
+    got = _searched_lse(runner, lambda: runner._search(p), monkeypatch)
+    assert len(got) == 2 and all(lse is runner.lse for lse in got)
+
+
+def test_the_mla_search_launches_what_the_run_launches(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("triton")
+    from hwtune.kernels.triton_mla import default_mla_config
+    from hwtune.probes.attention.candidates.mla_triton import TritonMlaRunner
+
+    runner = TritonMlaRunner("tuned")
+    runner.out, runner.lse = torch.zeros(4, 16, 512), torch.zeros(4, 16)
+    p = SimpleNamespace(q=torch.zeros(4, 16, 576), num_tokens=4, spec=SimpleNamespace(num_heads=16),
+                        dims=SimpleNamespace(lora=512))  # fmt: skip
+    cfg = default_mla_config(num_heads=16, max_query_len=1, batch=4, max_seq_len=3000, sms=132)
+    got = _searched_lse(runner, lambda: runner._search(p, [cfg, cfg]), monkeypatch)
+    assert len(got) == 2 and all(lse is runner.lse for lse in got)

@@ -102,7 +102,8 @@ class TritonMlaRunner(MlaRunner):
 
         assert self.out is not None
         ws = self._workspace(p, *space)  # one scratch for every config
-        best, seen = fastest_config(space, lambda cfg, out: self._call(p, cfg, out, None, ws), self.out)
+        # the search launches what run() launches, the LSE written too (``TritonAttnRunner._search``)
+        best, seen = fastest_config(space, lambda cfg, out: self._call(p, cfg, out, self.lse, ws), self.out)
         self.extra.update(seen)
         return best
 
