@@ -358,8 +358,8 @@ def _paged_attn_kernel(
 
 #: The most KV splits a decode launch merges in the kernel. On an H100 (2026-11-27, benchmarks/results/experiments/
 #: merge_in_kernel_h100_2026-11-27.jsonl: Mixtral-8x7B TP 2 and Llama-3.1-8B with fp8 KV, batch 1-128 x 700-12000,
-#: the probe's timing) the same config's call took 0.95-0.99 of the two-kernel one at 2-4 splits and 1.02-1.52 of it at
-#: 6-47: the last split of a tile reads its splits one after another, while the merge kernel spreads them over SMs.
+#: the probe's timing) the same config's call took 0.95-1.00 of the two-kernel one at 2-4 splits, 1.00-1.06 at 6 and
+#: 1.02-1.52 at 9-47: the last split of a tile reads its splits one after another; the merge kernel spreads them.
 MERGE_IN_KERNEL_MAX_SPLITS = 4
 
 
@@ -414,7 +414,11 @@ def paged_attention(
 
     ``kv_loads``: how KV tiles reach the SM. ``auto`` uses TMA copies for prefill-style launches where
     a tile lies inside one page on Hopper or later (``_tma.py``), gathers otherwise; ``tma`` requires TMA
-    (ValueError saying why it cannot); ``gather`` never uses it."""
+    (ValueError saying why it cannot); ``gather`` never uses it.
+
+    ``workspace``: the split-KV scratch (``workspace_size`` elements), allocated with ``torch.zeros`` and used by one
+    stream at a time: it holds the in-kernel merge's arrival counters, which must start at zero and which every launch
+    leaves at zero. Without one, a scratch is allocated and its counters zeroed on every call."""
     check_runnable(q, k_cache, v_cache)
     num_tokens, num_heads, head_size = check_query_io(q, out, lse)
     ks_b, ks_t, ks_h, page_size = _kv_strides(k_cache, kv_layout)
