@@ -10,14 +10,30 @@ import torch
 import triton
 import triton.language as tl
 
-from hwtune.kernels._common import jit_workload_generic, num_sms
-from hwtune.kernels.configs import MERGE_COUNTER_WORDS, cdiv, next_pow2, split_words
+from hwtune.kernels._common import LaunchPlan, jit_workload_generic, num_sms
+from hwtune.kernels.configs import MERGE_COUNTER_WORDS, cdiv, is_decode_shape, next_pow2, split_words
 
 #: The split-KV merge's work per program: one (token, head) output, or a slice of it no narrower than
 #: ``MERGE_MIN_D`` where the (token, head) programs alone would not give every SM one (``merge_block_d``); its
 #: splits are loaded ``MERGE_TILE // width`` at a time (4096 elements: 32 float32 registers a thread at 4 warps).
 MERGE_MIN_D = 64
 MERGE_TILE = 4096
+
+
+@triton.jit
+def _lse_weights(m, m_new, ls):
+    """(rescale of what was merged so far, weights of the new splits) when the running maximum of the LSEs goes from
+    ``m`` to ``m_new``: the rescale is 0 while nothing was seen (``m`` = -inf), a weight 0 for a split that saw no KV
+    (LSE -inf)."""
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    return tl.exp(m - m_safe), tl.exp(ls - m_safe)
+
+
+@triton.jit
+def _merged_lse(m, total):
+    """The merged LSE from the running maximum ``m`` and the sum of weights ``total``; -inf where no split saw KV."""
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    return tl.where(total > 0.0, m_safe + tl.log(tl.where(total > 0.0, total, 1.0)), float("-inf"))
 
 
 @jit_workload_generic
@@ -64,9 +80,7 @@ def _merge_kernel(
         ls = tl.load(part_lse_ptr + row, mask=s_ok, other=float("-inf"))
         o = tl.load(part_o_ptr + row[:, None] * HEAD_D + offs_d[None, :], mask=s_ok[:, None] & d_ok[None, :], other=0.0)
         m_new = tl.maximum(m, tl.max(ls, 0))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        scale = tl.exp(m - m_safe)  # 0 while nothing was seen (m = -inf)
-        w = tl.exp(ls - m_safe)  # 0 for splits that saw no KV (LSE -inf) and past the last split
+        scale, w = _lse_weights(m, m_new, ls)  # w is 0 past the last split too
         o = o.to(tl.float32)  # 16-bit partials (``split_buffers``) are merged in float32
         acc = acc * scale + tl.sum(tl.where(w[:, None] > 0.0, o, 0.0) * w[:, None], 0)
         total = total * scale + tl.sum(w, 0)
@@ -76,8 +90,7 @@ def _merge_kernel(
         out_ptr + tok.to(tl.int64) * stride_ot + head * stride_oh + offs_d, o.to(out_ptr.dtype.element_ty), mask=d_ok
     )
     if WRITE_LSE and d_blk == 0:
-        m_safe = tl.where(m == float("-inf"), 0.0, m)
-        lse = tl.where(total > 0.0, m_safe + tl.log(tl.where(total > 0.0, total, 1.0)), float("-inf"))
+        lse = _merged_lse(m, total)
         tl.store(lse_ptr + tok.to(tl.int64) * stride_lt + head * stride_lh, lse)
 
 
@@ -128,9 +141,7 @@ def merge_if_last(
             o_ptrs = part_o_ptr + row[:, None] * HEAD_D + offs_d[None, :]
             o = tl.load(o_ptrs, mask=mask, other=0.0, cache_modifier=".cg")
             m_new = tl.maximum(m, ls)
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            scale = tl.exp(m - m_safe)  # 0 while nothing was seen (m = -inf)
-            w = tl.exp(ls - m_safe)  # 0 for a split that saw no KV
+            scale, w = _lse_weights(m, m_new, ls)
             acc = acc * scale[:, None] + tl.where(w[:, None] > 0.0, o.to(tl.float32), 0.0) * w[:, None]
             total = total * scale + w
             m = m_new
@@ -138,10 +149,28 @@ def merge_if_last(
         o_off = rows_tok.to(tl.int64) * stride_ot + rows_head * stride_oh
         tl.store(out_ptr + o_off[:, None] + offs_d[None, :], o.to(out_ptr.dtype.element_ty), mask=mask)
         if WRITE_LSE:
-            m_safe = tl.where(m == float("-inf"), 0.0, m)
-            lse = tl.where(total > 0.0, m_safe + tl.log(tl.where(total > 0.0, total, 1.0)), float("-inf"))
+            lse = _merged_lse(m, total)
             tl.store(lse_ptr + rows_tok.to(tl.int64) * stride_lt + rows_head * stride_lh, lse, mask=row_ok)
         tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+
+
+#: The most KV splits a decode launch merges in the kernel. On an H100 (2026-11-27, benchmarks/results/experiments/
+#: merge_in_kernel_h100_2026-11-27.jsonl: Mixtral-8x7B TP 2 and Llama-3.1-8B with fp8 KV, batch 1-128 x 700-12000,
+#: the probe's timing) the same config's call took 0.95-1.00 of the two-kernel one at 2-4 splits, 1.00-1.06 at 6 and
+#: 1.02-1.52 at 9-47: the last split of a tile reads its splits one after another; the merge kernel spreads them.
+MERGE_IN_KERNEL_MAX_SPLITS = 4
+
+
+def merges_in_kernel(plan: LaunchPlan, max_query_len: int, num_kv_heads: int) -> bool:
+    """Whether a split launch merges its splits in the kernel (``split_kv.merge_if_last``) rather than in a second
+    kernel: decode-style launches (a tile holds one request's few query rows) of at most
+    ``MERGE_IN_KERNEL_MAX_SPLITS`` splits, while their (tile, KV head) counters fit the workspace's. A prefill-style
+    tile's merge (128 rows of every split) would leave one program reading megabytes while the others idle."""
+    return (
+        is_decode_shape(max_query_len)
+        and plan.num_splits <= MERGE_IN_KERNEL_MAX_SPLITS
+        and plan.grid0 * num_kv_heads <= MERGE_COUNTER_WORDS
+    )
 
 
 def split_buffers(
@@ -234,4 +263,12 @@ def merge_splits(
     )
 
 
-__all__ = ["MERGE_MIN_D", "merge_block_d", "merge_if_last", "merge_splits", "split_buffers"]
+__all__ = [
+    "MERGE_IN_KERNEL_MAX_SPLITS",
+    "MERGE_MIN_D",
+    "merge_block_d",
+    "merge_if_last",
+    "merge_splits",
+    "merges_in_kernel",
+    "split_buffers",
+]

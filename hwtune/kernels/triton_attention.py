@@ -8,10 +8,10 @@ new tokens, whole cached prefix). The KV loop runs in two parts: tiles wholly be
 position (no mask: straight 16-byte loads), then the diagonal / tail tiles (masked).
 
 With ``num_splits > 1`` (flash-decoding) each split writes a normalised partial output and its LSE to the
-workspace and they are merged by LSE: in decode-style launches by the last split of each tile to finish, inside
-this kernel (``merges_in_kernel``), otherwise by a small second kernel; with one split the kernel writes ``out``
-and ``lse`` directly. The LSE is the natural log of the softmax denominator of ``softmax_scale * q.k`` (float32), so
-attention over two disjoint KV sets merges exactly (DCP).
+workspace and they are merged by LSE: in decode-style launches of a few splits by the last split of each tile to
+finish, inside this kernel (``split_kv.merges_in_kernel``), otherwise by a small second kernel; with one split the
+kernel writes ``out`` and ``lse`` directly. The LSE is the natural log of the softmax denominator of
+``softmax_scale * q.k`` (float32), so attention over two disjoint KV sets merges exactly (DCP).
 
 KV caches: ``k_cache``/``v_cache`` are 4-D views with any strides (NHD ``[blocks, page, kv_heads, D]`` or
 HND ``[blocks, kv_heads, page, D]``) whose last dimension is contiguous; fp16/bf16, or fp8 e4m3 with
@@ -30,7 +30,6 @@ import triton.language as tl
 
 from hwtune.kernels._common import (
     LOG2E,
-    LaunchPlan,
     check_query_io,
     check_runnable,
     jit_workload_generic,
@@ -45,7 +44,6 @@ from hwtune.kernels._common import (
 from hwtune.kernels._tma import choose_kv_loads, kv_descriptors, kv_matrix, tma_unsupported
 from hwtune.kernels.configs import (
     HEAD_SIZES,
-    MERGE_COUNTER_WORDS,
     TritonAttnConfig,
     config_space,
     default_config,
@@ -53,7 +51,7 @@ from hwtune.kernels.configs import (
     next_pow2,
     workspace_size,
 )
-from hwtune.kernels.split_kv import merge_if_last, merge_splits, split_buffers
+from hwtune.kernels.split_kv import merge_if_last, merge_splits, merges_in_kernel, split_buffers
 
 KV_DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn)
 
@@ -354,25 +352,6 @@ def _paged_attn_kernel(
             BLOCK_D,
             WRITE_LSE,
         )
-
-
-#: The most KV splits a decode launch merges in the kernel. On an H100 (2026-11-27, benchmarks/results/experiments/
-#: merge_in_kernel_h100_2026-11-27.jsonl: Mixtral-8x7B TP 2 and Llama-3.1-8B with fp8 KV, batch 1-128 x 700-12000,
-#: the probe's timing) the same config's call took 0.95-1.00 of the two-kernel one at 2-4 splits, 1.00-1.06 at 6 and
-#: 1.02-1.52 at 9-47: the last split of a tile reads its splits one after another; the merge kernel spreads them.
-MERGE_IN_KERNEL_MAX_SPLITS = 4
-
-
-def merges_in_kernel(plan: LaunchPlan, max_query_len: int, num_kv_heads: int) -> bool:
-    """Whether a split launch merges its splits in the kernel (``split_kv.merge_if_last``) rather than in a second
-    kernel: decode-style launches (a tile holds one request's few query rows) of at most
-    ``MERGE_IN_KERNEL_MAX_SPLITS`` splits, while their (tile, KV head) counters fit the workspace's. A prefill-style
-    tile's merge (128 rows of every split) would leave one program reading megabytes while the others idle."""
-    return (
-        is_decode_shape(max_query_len)
-        and plan.num_splits <= MERGE_IN_KERNEL_MAX_SPLITS
-        and plan.grid0 * num_kv_heads <= MERGE_COUNTER_WORDS
-    )
 
 
 def _kv_strides(cache: torch.Tensor, kv_layout: str) -> tuple[int, int, int, int]:
