@@ -108,19 +108,25 @@ def mla_config_space(
     *, num_heads: int, max_query_len: int, batch: int, max_seq_len: int, sms: int, kv_bytes: int = 2
 ) -> list[MlaConfig]:
     """Configs the ``tuned`` tactic searches for one workload, the ``auto`` config first, no duplicates: KV tiles of
-    16, 32 and 64 positions x split counts {1, auto / 4, auto / 2, auto, 2 auto, 4 auto} (each split keeping at least
-    one tile) x the (warps, stages) pairs of the row count. Rows stay auto's (every head of a request per program).
-    Every config computes the same result; only speed differs."""
+    16, 32 and 64 positions x split counts {1, auto / 4, auto / 2, auto, 2 auto, 4 auto, the most that keep all
+    programs in one wave of two per SM} (each split keeping at least one tile) x the (warps, stages) pairs of the row
+    count. Rows stay auto's (every head of a request per program). Every config computes the same result; only speed
+    differs. The one-wave count is auto's without its tokens-per-split floor: a fine sweep on an H100 (DeepSeek-V3 TP 8,
+    2026-11-27, ``benchmarks/experiments/mla_split_sweep.py``) found it (32 x 700: 8 splits) or one split below it (8 x
+    3000: 32 of 33) fastest where that floor holds auto below it (5 and 23 splits, 4-10 % slower), and calls up to 25 %
+    slower one split beyond it (a second wave)."""
     auto = default_mla_config(
         num_heads=num_heads, max_query_len=max_query_len, batch=batch, max_seq_len=max_seq_len, sms=sms,
         kv_bytes=kv_bytes,
     )  # fmt: skip
     rows = auto.block_h * auto.block_t
+    programs = batch * cdiv(max_query_len, auto.block_t) * cdiv(num_heads, auto.block_h)
+    one_wave = max(1, 2 * sms // programs)
     out, seen = [auto], {auto}
     for block_n in (16, 32, 64):
         most = max(1, min(MAX_SPLITS, max_seq_len // block_n))
         s = auto.num_splits
-        for splits in sorted({1, max(1, s // 4), max(1, s // 2), s, 2 * s, 4 * s}):
+        for splits in sorted({1, max(1, s // 4), max(1, s // 2), s, 2 * s, 4 * s, one_wave}):
             for warps, stages in _WARPS_STAGES[rows]:
                 cfg = MlaConfig(auto.block_h, auto.block_t, block_n, min(splits, most), warps, stages)
                 if cfg not in seen:

@@ -89,7 +89,7 @@ def test_flashinfer_key_facts() -> None:
     assert {"fp8_e4m3", "fp8_e5m2", "auto"} <= r.kv_cache_dtypes
     assert Feature.DECODE_LSE in r.features
     fi = catalogue.get("attention", "FLASHINFER")
-    assert [t.name for t in fi.tactics] == ["fa2", "fa2-tc", "fa3", "xqa", "cudnn", "trtllm-gen", "cute-dsl"]
+    assert [t.name for t in fi.tactics] == ["fa2", "fa2-tc", "fa3", "xqa", "xqa-2x", "cudnn", "trtllm-gen", "cute-dsl"]
     trt = fi.effective(fi.tactic("trtllm-gen"))
     assert trt.kv_layouts == {"HND"} and Feature.DECODE_LSE not in trt.features
     assert fi.effective(fi.tactic("xqa")).features is not None

@@ -221,7 +221,7 @@ def test_gpu_candidates_refuse_sinks_where_their_kernels_cannot_apply_them() -> 
             _check_sinks(SINK, tactic, single)
     with pytest.raises(Unsupported, match="soft-cap"):
         _check_sinks(dataclasses.replace(SINK, logits_soft_cap=30.0), "fa3", False)
-    for tactic in ("fa2-tc", "fa3", "xqa", "trtllm-gen"):
+    for tactic in ("fa2-tc", "fa3", "xqa", "xqa-2x", "trtllm-gen"):
         _check_sinks(SINK, tactic, True)  # no refusal
     with pytest.raises(Unsupported, match="sinks"):
         TritonAttnCandidate().runner(AttentionWorkload(SINK, "decode", 2, 32), "auto", "cuda")
@@ -234,7 +234,7 @@ def _sink_tactics(backend: str, device: str) -> set[str]:
 
 
 def test_catalogue_declares_which_tactics_take_sinks() -> None:
-    assert _sink_tactics("FLASHINFER", "h100") == {"fa2-tc", "fa3", "xqa"}
+    assert _sink_tactics("FLASHINFER", "h100") == {"fa2-tc", "fa3", "xqa", "xqa-2x"}
     assert _sink_tactics("FLASHINFER", "b200") >= {"fa2-tc", "trtllm-gen", "xqa"}
     assert "fa2" not in _sink_tactics("FLASHINFER", "b200") and "cudnn" not in _sink_tactics("FLASHINFER", "b200")
     assert _sink_tactics("FLASH_ATTN", "h100") == {"fa3"}

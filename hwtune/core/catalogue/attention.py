@@ -70,6 +70,21 @@ _FI_SINK = (
 )
 _FI_BASE_FEATURES = fs(F.DECODE_LSE, F.SLIDING_WINDOW, F.SOFT_CAP, F.SPEC_DECODE, F.CUDA_GRAPHS)
 
+_XQA_RULES = AttentionRules(
+    compute_capabilities=(CCRange((9, 0), (9, 0)), CCRange((10, 0), (10, 3)), CCRange((12, 0), (12, 1))),
+    kv_cache_dtypes=fs("auto", "float16", "bfloat16", "fp8_e4m3"),
+    head_sizes=multiple_of(16, 16, 256),
+    features=fs(F.SLIDING_WINDOW, F.CUDA_GRAPHS, F.SINKS),
+)
+_XQA_SOURCES = {
+    "compute_capabilities": f"{FI} jit/xqa.py: 'XQA is only supported on SM90, SM100, SM120/SM121'",
+    "kv_cache_dtypes": f"{FI} xqa.py: KV same as q, fp8 e4m3, int8, nvfp4 (SM12x)",
+    "head_sizes": f"{FI} xqa.py: head_dim % 16 == 0 and 16 <= head_dim <= 512",
+    "features": f"{FI} decode.py trtllm_batch_decode_with_kv_cache: LSE only on trtllm-gen; sinks= "
+    "(float32 per query head) handed to xqa_batch_decode_with_kv_cache (xqa.py: sinks "
+    "[num_kv_heads, head_group_ratio]); vllm FlashInferImpl serves sinks on SM 9.0 through XQA",
+}
+
 FLASHINFER = Backend(
     name="FLASHINFER",
     kind="attention",
@@ -80,10 +95,10 @@ FLASHINFER = Backend(
     # FlashInfer's own auto prefill picks fa3 on SM90 (flashinfer/utils.py determine_attention_backend).
     tactic_order={
         "blackwell": {
-            "decode": ("trtllm-gen", "xqa", "fa2-tc", "fa2", "cute-dsl"),
+            "decode": ("trtllm-gen", "xqa", "xqa-2x", "fa2-tc", "fa2", "cute-dsl"),
             "prefill": ("trtllm-gen", "fa2-tc", "cute-dsl", "cudnn"),
         },
-        "ampere_hopper": {"decode": ("fa2-tc", "fa2", "xqa", "fa3"), "prefill": ("fa3", "fa2-tc", "cudnn")},
+        "ampere_hopper": {"decode": ("fa2-tc", "fa2", "xqa", "xqa-2x", "fa3"), "prefill": ("fa3", "fa2-tc", "cudnn")},
     },
     quick=True,
     summary="FlashInfer paged decode/prefill wrappers; tactics are its kernel families",
@@ -138,21 +153,23 @@ FLASHINFER = Backend(
         Tactic(
             "xqa",
             DECODE,
-            AttentionRules(
-                compute_capabilities=(CCRange((9, 0), (9, 0)), CCRange((10, 0), (10, 3)), CCRange((12, 0), (12, 1))),
-                kv_cache_dtypes=fs("auto", "float16", "bfloat16", "fp8_e4m3"),
-                head_sizes=multiple_of(16, 16, 256),
-                features=fs(F.SLIDING_WINDOW, F.CUDA_GRAPHS, F.SINKS),
-            ),
+            _XQA_RULES,
             compile_s=8,
             summary="TensorRT-LLM XQA decode kernel via trtllm_batch_decode_with_kv_cache(backend='xqa')",
+            sources=_XQA_SOURCES,
+        ),
+        Tactic(
+            "xqa-2x",
+            DECODE,
+            _XQA_RULES,
+            compile_s=8,
+            summary="XQA called as flashinfer.xqa.xqa with sm_count twice the device's: twice the sub-sequences "
+            "per request",
             sources={
-                "compute_capabilities": f"{FI} jit/xqa.py: 'XQA is only supported on SM90, SM100, SM120/SM121'",
-                "kv_cache_dtypes": f"{FI} xqa.py: KV same as q, fp8 e4m3, int8, nvfp4 (SM12x)",
-                "head_sizes": f"{FI} xqa.py: head_dim % 16 == 0 and 16 <= head_dim <= 512",
-                "features": f"{FI} decode.py trtllm_batch_decode_with_kv_cache: LSE only on trtllm-gen; sinks= "
-                "(float32 per query head) handed to xqa_batch_decode_with_kv_cache (xqa.py: sinks "
-                "[num_kv_heads, head_group_ratio]); vllm FlashInferImpl serves sinks on SM 9.0 through XQA",
+                **_XQA_SOURCES,
+                "call": f"{FI} xqa.py xqa(sm_count=): csrc/xqa/mha_sm90.cu splits a request over "
+                "round(sm_count * 3 / (batch * kv_heads) * 0.25) sub-sequences; 2x measured faster with an fp8 cache "
+                "at one to eight requests (H100, 2026-11-27, benchmarks/experiments/xqa_sub_seq.py)",
             },
         ),
         Tactic(

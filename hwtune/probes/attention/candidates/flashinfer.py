@@ -3,7 +3,9 @@
 - ``fa2``: BatchDecodeWithPagedKVCacheWrapper on CUDA cores (decode only, single-token queries);
 - ``fa2-tc`` / ``fa3``: the tensor-core templates: BatchDecode with ``use_tensor_cores=True`` for decode,
   BatchPrefillWithPagedKVCacheWrapper (causal) for prefill, mixed batches and multi-token decode queries;
-- ``xqa``: ``trtllm_batch_decode_with_kv_cache(backend="xqa")`` (decode; no LSE);
+- ``xqa``: ``trtllm_batch_decode_with_kv_cache(backend="xqa")`` (decode; no LSE); ``xqa-2x``: the same kernel called
+  as ``flashinfer.xqa.xqa`` with ``sm_count`` twice the device's, which doubles the sub-sequences each request's
+  context is split over (that call's other arguments as ``trtllm_batch_decode_with_kv_cache`` derives them);
 - ``cudnn``: ``flashinfer.cudnn.cudnn_batch_prefill_with_kv_cache`` called as the prefill wrapper's cuDNN backend
   calls it, but with the LSE shape it requires (``[batch, max_query_len, heads]``): the wrapper allocates a
   ``[tokens, heads]`` LSE and so fails on every shape (flashinfer 0.6.18 prefill.py ``run``; seen on an H100);
@@ -39,6 +41,8 @@ from hwtune.probes.attention.problem import AttentionProblem
 # fa2-tc prefill's split-KV scratch (a 128-token chunk on a 32768-token prefix, 32 query heads; H100, 2026-11-25)
 WORKSPACE_BYTES = 394 << 20
 _PREFILL_BACKEND = {"fa2-tc": "fa2", "fa3": "fa3", "cudnn": "cudnn", "trtllm-gen": "trtllm-gen", "cute-dsl": "cute-dsl"}
+#: xqa tactics -> the multiple of the device's SM count handed to xqa (``sm_count``), which sets its sub-sequences
+XQA_SM_FACTOR = {"xqa": 1, "xqa-2x": 2}
 _DECODE_BACKEND = {"fa2": "auto", "fa2-tc": "fa2", "fa3": "fa3", "trtllm-gen": "trtllm-gen", "cute-dsl": "cute-dsl"}
 
 
@@ -64,7 +68,7 @@ class FlashInferRunner(Runner):
             _check_sinks(spec, tactic, single)
         if spec.sinks and tactic in ("fa2-tc", "fa3"):
             self.mode = "sink"
-        elif tactic == "xqa":
+        elif tactic in XQA_SM_FACTOR:
             if not single:
                 raise Unsupported("xqa runs single-token decode only in hwtune's FLASHINFER candidate")
             self.mode = "xqa"
@@ -106,6 +110,8 @@ class FlashInferRunner(Runner):
         kv_dtype = p.kv_cache.dtype
         if self.mode == "xqa":
             self.max_seq_len = p.max_seq_len
+            if XQA_SM_FACTOR[self.tactic] != 1:
+                self._bind_xqa(p)
             return
         common = dict(
             window_left=self._window(p),
@@ -151,6 +157,35 @@ class FlashInferRunner(Runner):
             spec.head_size,
             p.page_size,
             **common,
+        )
+
+    def _bind_xqa(self, p: AttentionProblem) -> None:
+        """``flashinfer.xqa.xqa``'s arguments for this batch, derived as ``trtllm_batch_decode_with_kv_cache``
+        derives them (flashinfer 0.6.18 decode.py: semaphores in the workspace's first 8 MiB, scales from
+        bmm1 = softmax scale x k_scale and bmm2 = v_scale), but with ``sm_count`` a multiple of the device's."""
+        from flashinfer.utils import device_support_pdl
+        from flashinfer.xqa import xqa
+
+        ws, head = self.workspace, p.spec.head_size
+        window = self._window(p)
+        self.xqa_call = lambda: xqa(
+            p.q.unsqueeze(1),
+            p.k_cache(),
+            p.v_cache(),
+            p.block_table,
+            p.seq_lens.unsqueeze(1),
+            self.out.unsqueeze(1),
+            ws[8 << 20 :],
+            ws[: 8 << 20],
+            p.spec.num_kv_heads,
+            p.page_size,
+            sinks=p.sinks.reshape(p.spec.num_kv_heads, -1) if p.sinks is not None else None,
+            q_scale=p.softmax_scale * p.k_scale / p.v_scale * head**0.5,
+            kv_scale=p.v_scale,
+            sliding_win_size=window + 1 if window >= 0 else 0,
+            kv_layout=p.layout,
+            sm_count=XQA_SM_FACTOR[self.tactic] * torch.cuda.get_device_properties(p.q.device).multi_processor_count,
+            enable_pdl=device_support_pdl(p.q.device),
         )
 
     def _plan_prefill(self, p: AttentionProblem, common: dict[str, Any]) -> None:
@@ -240,6 +275,8 @@ class FlashInferRunner(Runner):
                 lse=self.lse_padded,
                 **self.cudnn_args,
             )
+        elif self.mode == "xqa" and XQA_SM_FACTOR[self.tactic] != 1:
+            self.xqa_call()
         elif self.mode == "xqa":
             self.fi.decode.trtllm_batch_decode_with_kv_cache(
                 p.q,

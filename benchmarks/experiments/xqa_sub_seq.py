@@ -1,0 +1,78 @@
+"""FlashInfer's xqa decode with more sub-sequences per request, against hwtune's Triton kernel, where the Triton kernel
+beat xqa (issue 17: Llama-3.1-8B with an fp8 KV cache at one or two requests from 12000 tokens, 5-10 %; Mixtral-8x7B
+TP 2 bf16 at one request from 12000 tokens; docs/tuning.md "Other models").
+
+xqa on Hopper splits each request's context over ``round(sm_count * 3 / (batch * kv_heads) * 0.25)`` CTAs
+(flashinfer 0.6.18 ``csrc/xqa/mha_sm90.cu``, ``nbSubSeqPerSeq``): one request with 8 KV heads gets 12 sub-sequences,
+96 CTAs on a 132-SM H100. ``sm_count`` is an argument of ``flashinfer.xqa.xqa``, which
+``trtllm_batch_decode_with_kv_cache`` fills with the device's SM count; here that lookup is replaced by ``factor``
+times the SM count (factor 1: the unchanged call), so the probe's own job (``job.run_job``: correctness gate against
+the float32 reference, then the CUDA-graph timing with its L2 flush) measures xqa at 1-8x the sub-sequences.
+
+    python benchmarks/experiments/xqa_sub_seq.py [--time-cap 0.3] [--out FILE.jsonl]   (needs a CUDA GPU)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from hwtune.core.model_config import attention_spec, load_model_config  # noqa: E402
+from hwtune.core.types import AttentionWorkload  # noqa: E402
+from hwtune.probes.attention.job import run_job  # noqa: E402
+from hwtune.probes.timing import TimingOptions  # noqa: E402
+
+SHAPES = [(1, 3000), (1, 12000), (1, 20000), (1, 48000), (2, 12000), (2, 20000), (2, 48000), (8, 12000), (32, 3000)]
+MODELS = [("llama-3.1-8b.json", 1, "fp8"), ("mixtral-8x7b-v0.1.json", 2, "auto")]
+FACTORS = (1, 2, 4, 8)
+
+
+def measure(workload: AttentionWorkload, backend: str, tactic: str, factor: int, timing: TimingOptions) -> dict:
+    import flashinfer.decode as fi_decode
+
+    original = fi_decode.get_device_sm_count
+    if factor != 1:
+        fi_decode.get_device_sm_count = lambda device: factor * original(device)
+    try:
+        job = {"workload": workload.to_dict(), "backend": backend, "tactic": tactic, "device": "cuda",
+               "seed": 0, "timing": dataclasses.asdict(timing)}  # fmt: skip
+        return run_job(job)
+    finally:
+        fi_decode.get_device_sm_count = original
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--time-cap", type=float, default=0.3, help="seconds of timing per candidate (the oracle's)")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    timing = dataclasses.replace(TimingOptions(), time_cap_s=args.time_cap)
+    out = args.out.open("a") if args.out else None
+    for model, tp, kv in MODELS:
+        spec = attention_spec(load_model_config(ROOT / "tests/data/models" / model), tp, kv_cache_dtype=kv)
+        for batch, ctx in SHAPES:
+            workload = AttentionWorkload(spec, "decode", batch, ctx, query_len=spec.query_len_decode)
+            runs = [("FLASHINFER", "xqa", f) for f in FACTORS] + [("HWTUNE_TRITON_ATTN", "tuned", 1)]
+            for backend, tactic, factor in runs:
+                r = measure(workload, backend, tactic, factor, timing)
+                stats, extra = r.get("stats") or {}, r.get("extra") or {}
+                line = {"model": model, "tp": tp, "kv_cache_dtype": kv, "batch": batch, "context": ctx,
+                        "backend": backend, "tactic": tactic, "sm_factor": factor, "status": r.get("status"),
+                        "median_us": stats.get("median_us"), "spread": stats.get("spread"),
+                        "rel_l2": (r.get("error") or {}).get("rel_l2"), "config": extra.get("config"),
+                        "message": r.get("message", "")[:200]}  # fmt: skip
+                print(json.dumps(line), flush=True)
+                if out:
+                    out.write(json.dumps(line) + "\n")
+                    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
