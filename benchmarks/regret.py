@@ -207,9 +207,7 @@ def score(out: Path, spec, device: str = "auto", max_model_len: int = 131072, ki
             "hwtune": (sel.backend, sel.tactic_for(phase, batch, ctx, q)),
             "hwtune_per_phase": (
                 sel.per_phase.get(phase, sel.backend),
-                sel.tactic_for(phase, batch, ctx, q)
-                if sel.per_phase.get(phase, sel.backend) == sel.backend
-                else dict(next(r.tactics for r in sel.ranked if r.backend == sel.per_phase[phase]))[phase],
+                sel.tactic_for(phase, batch, ctx, q, backend=sel.per_phase.get(phase, sel.backend)),
             ),
             "static": (static.backend, static.tactics[phase]),
             "flashinfer_auto": (FI_AUTO_MLA if spec.use_mla else FI_AUTO)[phase],

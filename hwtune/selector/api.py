@@ -23,7 +23,7 @@ from hwtune.core.types import All2AllSpec, AttentionSpec, Spec
 from hwtune.core.validation import Rejection, check, phases_of, valid_tactics
 from hwtune.selector.block_sizes import over_block_sizes
 from hwtune.selector.decision import rank as measured_rank
-from hwtune.selector.dispatch import dispatch_table
+from hwtune.selector.dispatch import dispatch_table, phase_dispatch
 from hwtune.selector.engine_select import (
     EngineField,
     admit_request,
@@ -253,6 +253,7 @@ def _select(
     valid, rejections, lifted = _valid_set(kind, spec, device, assume_installed, evidence, tested)
     notes += lifted
     ranked, per_phase, dispatch = _static_ranking(kind, spec, device, valid, assume_installed), {}, ()
+    routed: tuple = ()
     if evidence is not None:
         notes = notes + evidence.notes
         ranked, per_phase, decided = measured_rank(ranked, evidence, mix)
@@ -265,6 +266,7 @@ def _select(
     chosen = _choose(ranked, requested_backend.name if requested_backend else None, *errors)
     if evidence is not None and chosen.source != "static" and not keep_basis:  # combine builds what it needs
         dispatch = dispatch_table(evidence, chosen.backend, max_num_seqs, _grid_context(max_model_len))
+        routed = phase_dispatch(evidence, chosen.backend, per_phase, max_num_seqs, _grid_context(max_model_len))
     if target is not None and kind == "attention":
         notes.append(
             f"the {target.describe()} snapshot states CUDA GPUs only: hwtune's own catalogue and order on "
@@ -282,6 +284,7 @@ def _select(
         notes=tuple(notes),
         per_phase=per_phase,
         dispatch=dispatch,
+        phase_dispatch=routed,
         basis=_basis(evidence, mix, max_num_seqs, max_model_len, keep_basis),
     )
 
@@ -349,6 +352,7 @@ def _select_engine(
         evidence = renamed_evidence(evidence, fld)
         _measured_out(fld, evidence, rejected)
     ranked, per_phase, dispatch = static_ranking(fld, spec, device, assume_installed), {}, ()
+    routed: tuple = ()
     if evidence is not None:
         notes = notes + evidence.notes
         ranked, per_phase, decided = measured_rank(ranked, evidence, mix)
@@ -358,6 +362,7 @@ def _select_engine(
     notes += engine_notes(fld, chosen.backend, measured, requested=name is not None)
     if measured and chosen.source != "static" and not keep_basis:  # combine builds what it needs
         dispatch = dispatch_table(evidence, chosen.backend, max_num_seqs, _grid_context(max_model_len))
+        routed = phase_dispatch(evidence, chosen.backend, per_phase, max_num_seqs, _grid_context(max_model_len))
     return Selection(
         kind="attention",
         spec=spec.to_dict(),
@@ -370,6 +375,7 @@ def _select_engine(
         notes=tuple(notes),
         per_phase=per_phase,
         dispatch=dispatch,
+        phase_dispatch=routed,
         engine=target.to_dict(),
         differences=tuple(fld.differences),
         basis=_basis(evidence, mix, max_num_seqs, max_model_len, keep_basis),

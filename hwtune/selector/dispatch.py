@@ -16,7 +16,7 @@ from hwtune.selector.measured import Evidence, Point
 from hwtune.selector.mix import MixPoint
 
 if TYPE_CHECKING:
-    from hwtune.selector.selection import DispatchEntry, Selection
+    from hwtune.selector.selection import DispatchEntry
 
 
 #: Dispatch cells per doubling of each axis. A cell's tactic is the one estimated best at its geometric centre, so a
@@ -53,13 +53,22 @@ def build_table(entries: Iterable["DispatchEntry"]) -> tuple[dict, dict]:
     return cells, {p: (sorted(r), sorted(c)) for p, (r, c) in axes.items()}
 
 
-def lookup(selection: "Selection", phase: str, batch: int, context: int, query_len: int | None = None) -> str:
-    """The cell's tactic; shapes beyond the grid use its edge cells; no grid: the phase's static tactic. A prefill
-    is looked up by its chunk (``query_len``; without it, min(context, 2048)) and its context."""
-    cells, axes = selection._table
+def lookup(
+    table: tuple[dict, dict],
+    tactics: Mapping[str, str],
+    phase: str,
+    batch: int,
+    context: int,
+    query_len: int | None = None,
+) -> str:
+    """The cell's tactic in ``table`` (``build_table``); shapes beyond the grid use its edge cells; no grid: the
+    phase's tactic in ``tactics`` (the backend's ranked or static one). A prefill is looked up by its chunk
+    (``query_len``; without it, min(context, 2048)) and its context."""
+    cells, axes = table or ({}, {})
+    default = tactics.get(phase) or next(iter(tactics.values()), "default")
     bounds = axes.get(phase)
     if bounds is None:
-        return selection.tactics.get(phase, selection.tactic)
+        return default
     rows, contexts = bounds
     row = (query_len or min(context, 2048)) if phase == "prefill" else batch
     i = min(bisect.bisect_left(rows, row), len(rows) - 1)
@@ -68,7 +77,7 @@ def lookup(selection: "Selection", phase: str, batch: int, context: int, query_l
     while found is None and phase == "prefill" and i > 0:  # a chunk above the context: the largest below
         i -= 1
         found = cells.get((phase, rows[i], c))
-    return found or selection.tactics.get(phase, selection.tactic)
+    return found or default
 
 
 ROBUST_NEIGHBOURS = 4
@@ -155,18 +164,31 @@ def _best_tactic(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> tuple[
     return best, ests[best][0], ests[best][1]
 
 
-def dispatch_table(ev: Evidence, backend: str, max_batch: int, max_context: int) -> tuple[DispatchEntry, ...]:
+def phase_dispatch(
+    ev: Evidence, chosen: str, per_phase: Mapping[str, str], max_batch: int, max_context: int
+) -> tuple[DispatchEntry, ...]:
+    """For each phase ``per_phase`` routes to another backend than ``chosen``: that backend's cells of that phase."""
+    out: list[DispatchEntry] = []
+    for phase, backend in sorted(per_phase.items()):
+        if backend != chosen:
+            out += [e for e in dispatch_table(ev, backend, max_batch, max_context, (phase,)) if e.phase == phase]
+    return tuple(out)
+
+
+def dispatch_table(
+    ev: Evidence, backend: str, max_batch: int, max_context: int, phases: Sequence[str] | None = None
+) -> tuple[DispatchEntry, ...]:
     """Best tactic of ``backend`` per cell of the dispatch grid: decode by batch x context, prefill by chunk x
     context, all2all by tokens per rank (``_grid``).
 
     Inside the measured range each cell's tactic minimises the estimated latency at the cell's geometric
     centre, so shapes between measured points follow the measured crossovers; beyond it, the tactic robust
     across the nearest measured shapes (``robust_tactic``). ``hwtune.selector.dispatch.lookup`` finds a cell by two
-    binary searches.
+    binary searches. ``phases``: only these (default every measured phase).
     """
     by_phase: dict[str, dict[str, Sequence[Point]]] = {}
     for (b, t, p), pts in ev.points.items():
-        if b == backend:
+        if b == backend and (phases is None or p in phases):
             by_phase.setdefault(p, {})[t] = pts
     return table_with(sorted(by_phase), lambda mp: _best_tactic(by_phase[mp.phase], mp), max_batch, max_context)
 

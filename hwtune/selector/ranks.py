@@ -105,6 +105,7 @@ def decision(sel: Selection) -> dict[str, Any]:
         "per_phase": dict(sel.per_phase),
         "kv_layout": sel.spec.get("kv_layout"),
         "dispatch": sorted([e.phase, e.batch_max, e.context_max, e.tactic] for e in sel.dispatch),
+        "phase_dispatch": sorted([e.phase, e.batch_max, e.context_max, e.tactic] for e in sel.phase_dispatch),
     }
 
 

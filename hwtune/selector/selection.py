@@ -81,6 +81,9 @@ class Selection:
     notes: tuple[str, ...] = ()
     per_phase: Mapping[str, str] = field(default_factory=dict)
     dispatch: tuple[DispatchEntry, ...] = ()
+    #: Each phase that ``per_phase`` routes to another backend than ``backend``: that backend's dispatch cells for that
+    #: phase, which ``tactic_for(..., backend=per_phase[phase])`` answers from.
+    phase_dispatch: tuple[DispatchEntry, ...] = ()
     #: The engine and version the selection configures ({"engine": "vllm", "version": "0.33.0"}); None: hwtune's
     #: own catalogue (``engine=None``) or all2all.
     engine: Mapping[str, str] | None = None
@@ -94,11 +97,13 @@ class Selection:
     #: ``layer_kinds.combine`` joins (None otherwise, and on every selection callers get); not part of the answer.
     basis: Basis | None = field(default=None, repr=False, compare=False)
     _table: tuple = field(default=(), init=False, repr=False, compare=False)
+    _phase_table: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         from hwtune.selector.dispatch import build_table
 
         object.__setattr__(self, "_table", build_table(self.dispatch))  # frozen: set once, here
+        object.__setattr__(self, "_phase_table", build_table(self.phase_dispatch))
 
     @property
     def kv_layout(self) -> str | None:
@@ -126,12 +131,23 @@ class Selection:
         """The tactic of the first phase (decode for attention): what an engine configures at start."""
         return next(iter(self.tactics.values()), "default")
 
-    def tactic_for(self, phase: str, batch: int, context: int, query_len: int | None = None) -> str:
-        """The best measured tactic for one step's shape (a prefill by its chunk, ``query_len``, and context);
-        falls back to the phase's static tactic."""
+    def tactic_for(
+        self, phase: str, batch: int, context: int, query_len: int | None = None, *, backend: str | None = None
+    ) -> str:
+        """The best measured tactic of ``backend`` (default: the chosen one) for one step's shape (a prefill by its
+        chunk, ``query_len``, and context); falls back to the phase's ranked tactic. An engine that routes phases
+        to different backends passes ``backend=per_phase[phase]``: a phase routed away answers from that backend's
+        own cells (``phase_dispatch``), never from the chosen backend's tactics."""
         from hwtune.selector.dispatch import lookup
 
-        return lookup(self, phase, batch, context, query_len)
+        if backend is None or backend == self.backend:
+            return lookup(self._table, self.tactics, phase, batch, context, query_len)
+        ranked = next((r.tactics for r in self.ranked if r.backend == backend), None)
+        if ranked is None:
+            valid = [r.backend for r in self.ranked]
+            raise ValueError(f"{backend} is not among the valid backends ranked here: {valid}")
+        table = self._phase_table if self.per_phase.get(phase) == backend else ({}, {})
+        return lookup(table, ranked, phase, batch, context, query_len)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -149,6 +165,7 @@ class Selection:
             "spec": dict(self.spec),
             "notes": list(self.notes),
             "dispatch": [vars(e) for e in self.dispatch],
+            "phase_dispatch": [vars(e) for e in self.phase_dispatch],
             "engine": dict(self.engine) if self.engine else None,
             "differences": list(self.differences),
             "unmeasured_layers": list(self.unmeasured_layers),

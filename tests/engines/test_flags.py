@@ -145,8 +145,8 @@ def test_a_requested_backend_is_used_for_every_phase() -> None:
     sel = _sel(
         "FLASH_ATTN", {"decode": "FLASHINFER", "prefill": "FLASH_ATTN"}, {"engine": "sglang", "version": "0.5.23"}
     )
-    sel = Selection(**{**{f: getattr(sel, f) for f in sel.__dataclass_fields__ if f != "_table"}, "requested": "fa3"})
-    sel = Selection(**{**{f: getattr(sel, f) for f in sel.__dataclass_fields__ if f != "_table"}, "backend": "fa3"})
+    sel = dataclasses.replace(sel, requested="fa3")
+    sel = dataclasses.replace(sel, backend="fa3")
     assert sel.to_sglang_args()[:2] == ["--attention-backend", "fa3"]
 
 

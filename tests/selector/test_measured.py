@@ -197,3 +197,25 @@ def test_shared_store_down_falls_back_within_two_seconds(tmp_path) -> None:
     assert time.perf_counter() - t0 < 2.5
     assert sel.backend == "FLASH_ATTN" and "secret" not in " ".join(sel.notes)
     _cached.cache_clear()
+
+
+def test_a_phase_routed_to_another_backend_dispatches_that_backends_tactics(store) -> None:
+    """Per-phase routing (FLASH_ATTN chosen, decode routed to FLASHINFER): ``tactic_for(backend=per_phase[phase])``
+    follows FLASHINFER's own measured crossover (xqa below batch 16, fa2-tc above), not one tactic for the phase
+    and never the chosen backend's."""
+
+    def latency(backend, tactic, w):
+        if backend == "FLASH_ATTN":  # decode a little behind FLASHINFER's best, prefill far ahead
+            return base(backend, tactic, w) * (0.2 if w.phase == "prefill" else 1.01)
+        return base(backend, tactic, w)
+
+    url, s = store
+    s.write(grid(latency))
+    sel = select(url)
+    assert sel.backend == "FLASH_ATTN" and sel.per_phase == {"decode": "FLASHINFER", "prefill": "FLASH_ATTN"}
+    assert sel.tactic_for("decode", 2, 3000, backend="FLASHINFER") == "xqa"
+    assert sel.tactic_for("decode", 100, 3000, backend="FLASHINFER") == "fa2-tc"
+    assert sel.tactic_for("decode", 100, 3000) == "fa3"  # the chosen backend's own
+    assert {e.phase for e in sel.phase_dispatch} == {"decode"}
+    with pytest.raises(ValueError, match="not among the valid backends"):
+        sel.tactic_for("decode", 2, 3000, backend="NO_SUCH_BACKEND")
