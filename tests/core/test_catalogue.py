@@ -98,6 +98,20 @@ def test_flashinfer_key_facts() -> None:
     assert [c.describe() for c in fa3.compute_capabilities] == ["SM 9.0"]
 
 
+def test_xqa_2x_serves_only_the_sm90_fp8_kernel_it_was_measured_on() -> None:
+    """xqa-2x doubles the sub-sequences of xqa's SM 9.0 fp8 kernel; bf16 caches and other GPUs run another kernel."""
+    from hwtune.core.validation import check_tactic
+
+    fi = catalogue.get("attention", "FLASHINFER")
+    xqa2x = fi.tactic("xqa-2x")
+    fp8 = AttentionSpec(32, 8, 128, kv_cache_dtype="fp8_e4m3")
+    assert not check_tactic(fi, xqa2x, fp8, simulated("h100"), assume_installed=True)
+    [bf16] = check_tactic(fi, xqa2x, AttentionSpec(32, 8, 128), simulated("h100"), assume_installed=True)
+    assert "kv" in bf16.message.lower() and "xqa-2x" in bf16.message
+    assert check_tactic(fi, xqa2x, fp8, simulated("b200"), assume_installed=True)
+    assert not check_tactic(fi, fi.tactic("xqa"), AttentionSpec(32, 8, 128), simulated("h100"), assume_installed=True)
+
+
 def test_flash_attn_key_facts() -> None:
     r = rules("FLASH_ATTN")
     assert r.head_sizes.allows(96) and r.head_sizes.allows(256) and not r.head_sizes.allows(100)

@@ -234,7 +234,7 @@ def _sink_tactics(backend: str, device: str) -> set[str]:
 
 
 def test_catalogue_declares_which_tactics_take_sinks() -> None:
-    assert _sink_tactics("FLASHINFER", "h100") == {"fa2-tc", "fa3", "xqa", "xqa-2x"}
+    assert _sink_tactics("FLASHINFER", "h100") == {"fa2-tc", "fa3", "xqa"}  # xqa-2x: fp8 caches only
     assert _sink_tactics("FLASHINFER", "b200") >= {"fa2-tc", "trtllm-gen", "xqa"}
     assert "fa2" not in _sink_tactics("FLASHINFER", "b200") and "cudnn" not in _sink_tactics("FLASHINFER", "b200")
     assert _sink_tactics("FLASH_ATTN", "h100") == {"fa3"}

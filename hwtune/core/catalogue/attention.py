@@ -18,6 +18,8 @@ formats), and no engine can be told to load them.
 
 from __future__ import annotations
 
+import dataclasses
+
 from hwtune.core.catalogue.base import (
     AttentionRules,
     Backend,
@@ -161,15 +163,21 @@ FLASHINFER = Backend(
         Tactic(
             "xqa-2x",
             DECODE,
-            _XQA_RULES,
+            dataclasses.replace(
+                _XQA_RULES, compute_capabilities=(CCRange((9, 0), (9, 0)),), kv_cache_dtypes=fs("fp8_e4m3")
+            ),
             compile_s=8,
-            summary="XQA called as flashinfer.xqa.xqa with sm_count twice the device's: twice the sub-sequences "
-            "per request",
+            summary="XQA's SM 9.0 fp8 kernel called as flashinfer.xqa.xqa with sm_count twice the device's: twice the "
+            "sub-sequences per request",
             sources={
                 **_XQA_SOURCES,
-                "call": f"{FI} xqa.py xqa(sm_count=): csrc/xqa/mha_sm90.cu splits a request over "
-                "round(sm_count * 3 / (batch * kv_heads) * 0.25) sub-sequences; 2x measured faster with an fp8 cache "
-                "at one to eight requests (H100, 2026-11-27, benchmarks/experiments/xqa_sub_seq.py)",
+                "compute_capabilities": f"{FI} xqa.py: the SM90 GMMA kernel (mha_sm90.cu) runs only for an fp8 e4m3 "
+                "cache on SM 9.x (run_sm90_fp8_mha); hwtune measured the doubling on SM 9.0 only",
+                "kv_cache_dtypes": f"{FI} xqa.py run_sm90_fp8_mha: fp8 e4m3 only. csrc/xqa/mha_sm90.cu splits a "
+                "request over round(sm_count * 3 / (batch * kv_heads) * 0.25) sub-sequences, the generic kernel "
+                "(mha.cu, every other cache) over sm_count / (batch * kv_heads), 4/3 of that already; doubling it "
+                "measured slower there (bf16, Mixtral TP 2) and 7-19 % faster on the SM90 kernel at one to eight "
+                "requests (H100, 2026-11-27, benchmarks/experiments/xqa_sub_seq.py)",
             },
         ),
         Tactic(
