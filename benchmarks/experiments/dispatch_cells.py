@@ -36,21 +36,33 @@ variant = os.environ["CELLS_VARIANT"]
 if variant != "exact":
     d.CELLS_PER_OCTAVE = int(variant)
 else:  # every table remembers its per-cell choice; lookup asks it at the workload's own shape
-    chooser, table_with, lookup = {}, d.table_with, d.lookup
+    # entries and built tables are kept alive here, so the ids that key them are never reused
+    by_entry, by_table, alive = {}, {}, []
+    table_with, build_table, lookup = d.table_with, d.build_table, d.lookup
 
     def remembering(phases, choose, max_batch, max_context):
         out = table_with(phases, choose, max_batch, max_context)
-        chooser[id(out)] = choose
+        by_entry.update((id(e), choose) for e in out)  # a routed phase's table keeps some of these entries
+        alive.append(out)
         return out
 
-    def at_the_shape(selection, phase, batch, context, query_len=None):
-        choose = chooser.get(id(selection.dispatch))
+    def remembering_build(entries):
+        entries = tuple(entries)
+        out = build_table(entries)
+        if entries and id(entries[0]) in by_entry:
+            by_table[id(out)] = by_entry[id(entries[0])]
+            alive.append(out)
+        return out
+
+    def at_the_shape(table, tactics, phase, batch, context, query_len=None):
+        choose = by_table.get(id(table))
         prefill = phase == "prefill"
         shape = MixPoint(phase, 1 if prefill else batch, context, 1.0, (query_len or 1) if prefill else 1)
         best = choose and choose(shape)
-        return best[0] if best else lookup(selection, phase, batch, context, query_len)
+        return best[0] if best else lookup(table, tactics, phase, batch, context, query_len)
 
     d.table_with = lk.table_with = remembering
+    d.build_table = remembering_build
     d.lookup = at_the_shape
 select = hwtune.select_attention
 

@@ -224,7 +224,8 @@ def _snapshot_tactics(
 def renamed_evidence(ev: Evidence, fld: EngineField) -> Evidence:
     """The measurements of the records the engine's backends are built on, under the engine's names (a backend the
     engine names one tactic of keeps that tactic's points only, and one whose kernel per phase the snapshot names
-    keeps those points only); records the engine does not offer drop out."""
+    keeps those points only); records the engine does not offer drop out, and so do tactics no engine calls
+    (``Tactic.hwtune_only``: FLASHINFER's xqa-2x)."""
     out = Evidence(notes=list(ev.notes))
     snap, version = fld.target.snapshot, fld.target.version
     for name in fld.names:
@@ -236,8 +237,8 @@ def renamed_evidence(ev: Evidence, fld: EngineField) -> Evidence:
         if per_phase is not None and "default" in per_phase.values():
             continue  # a phase runs a kernel hwtune does not: the backend keeps its static place
         for (backend, tac, phase), points in ev.points.items():
-            if backend != record.name:
-                continue
+            if backend != record.name or getattr(record.tactic(tac), "hwtune_only", False):
+                continue  # another record's, or a call of the kernel no engine makes
             if (per_phase.get(phase) == tac) if per_phase is not None else tactic in (None, tac):
                 out.points[(name, tac, phase)] = points
         named = sorted(set(per_phase.values())) if per_phase else [tactic] if tactic is not None else []

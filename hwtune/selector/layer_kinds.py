@@ -184,6 +184,20 @@ def _table(sel: Selection) -> tuple[DispatchEntry, ...]:
     return dispatch_table(sel.basis.evidence, sel.backend, sel.basis.max_batch, sel.basis.max_context)
 
 
+def _routed_tables(
+    joint: Layered | None, one: dict, chosen: str, per_phase: dict[str, str]
+) -> tuple[DispatchEntry, ...]:
+    """Each phase routed to another backend than ``chosen``: that backend's cells of that phase over every layer;
+    none without joint costing (``tactic_for`` then answers with that backend's ranked tactic)."""
+    if joint is None:
+        return ()
+    out: list[DispatchEntry] = []
+    for phase, backend in sorted(per_phase.items()):
+        if backend != chosen and one.get(backend) is not None:
+            out += [e for e in joint.table(backend) if e.phase == phase]
+    return tuple(out)
+
+
 def _layered(parts: Sequence[tuple[Selection, int, str]]) -> Layered | None:
     """Every kind's evidence for joint costing; None unless every kind was ranked from measurements."""
     bases = [(sel.basis, n) for sel, n, _ in parts]
@@ -261,6 +275,7 @@ def combine(parts: Sequence[tuple[Selection, int, str]]) -> Selection:
         notes=tuple(notes),
         per_phase=agree,
         dispatch=dispatch,
+        phase_dispatch=_routed_tables(joint, one, chosen.backend, agree),
         differences=tuple(dict.fromkeys(d for sel, _, _ in parts for d in sel.differences)),
         unmeasured_layers=tuple(name for sel, _, name in parts if not _measured(sel)),
         basis=None,  # the kinds' evidence served this ranking; no one spec's does

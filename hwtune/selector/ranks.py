@@ -98,7 +98,8 @@ def initialised_dist() -> Any | None:
 
 
 def decision(sel: Selection) -> dict[str, Any]:
-    """What in ``sel`` drives the engine: backend, tactic per phase, per-phase backends, dispatch cells."""
+    """What in ``sel`` drives the engine: backend, tactic per phase, per-phase backends, KV layout, dispatch cells
+    (the chosen backend's and the routed phases')."""
     return {
         "backend": sel.backend,
         "tactics": dict(sel.tactics),
@@ -300,9 +301,16 @@ def _differences(own: Selection, chosen: Selection) -> str:
     """Which parts of the decision differ between this rank's own answer and rank 0's."""
     mine, theirs = decision(own), decision(chosen)
     parts = []
-    for key, label in (("backend", "backend"), ("tactics", "tactics"), ("per_phase", "per-phase backends")):
+    labels = (
+        ("backend", "backend"),
+        ("tactics", "tactics"),
+        ("per_phase", "per-phase backends"),
+        ("kv_layout", "KV layout"),
+    )
+    for key, label in labels:
         if mine[key] != theirs[key]:
             parts.append(f"{label} {mine[key]} here, {theirs[key]} on rank 0")
-    if mine["dispatch"] != theirs["dispatch"]:
-        parts.append(f"dispatch table of {len(mine['dispatch'])} cells here, {len(theirs['dispatch'])} on rank 0")
+    for key, label in (("dispatch", "dispatch table"), ("phase_dispatch", "routed phases' dispatch table")):
+        if mine[key] != theirs[key]:
+            parts.append(f"{label} of {len(mine[key])} cells here, {len(theirs[key])} on rank 0")
     return "differs in " + "; ".join(parts)

@@ -221,7 +221,7 @@ def test_gpu_candidates_refuse_sinks_where_their_kernels_cannot_apply_them() -> 
             _check_sinks(SINK, tactic, single)
     with pytest.raises(Unsupported, match="soft-cap"):
         _check_sinks(dataclasses.replace(SINK, logits_soft_cap=30.0), "fa3", False)
-    for tactic in ("fa2-tc", "fa3", "xqa", "xqa-2x", "trtllm-gen"):
+    for tactic in ("fa2-tc", "fa3", "xqa", "trtllm-gen"):
         _check_sinks(SINK, tactic, True)  # no refusal
     with pytest.raises(Unsupported, match="sinks"):
         TritonAttnCandidate().runner(AttentionWorkload(SINK, "decode", 2, 32), "auto", "cuda")

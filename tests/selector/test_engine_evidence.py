@@ -42,3 +42,16 @@ def test_a_tactic_backend_is_disqualified_by_its_own_tactic_only(monkeypatch) ->
     out = renamed_evidence(ev, fld)
     assert "trtllm_mha" not in out.disqualified and "flashinfer" in out.disqualified
     assert "fa2-tc crashed" in out.disqualified["flashinfer"][0]
+
+
+def test_a_tactic_no_engine_calls_never_ranks_an_engines_backend() -> None:
+    """FLASHINFER's xqa-2x (flashinfer.xqa.xqa with a doubled sm_count) is hwtune's call only: vLLM's FLASHINFER keeps
+    the points of the tactics it can run, never those."""
+    fp = {"gpu": "H100"}
+    rows = [row("xqa-2x", "ok"), row("fa2-tc", "ok")]
+    ev = gather(rows, {"env": fp}, "env", fp)
+    assert {t for (_b, t, _p) in ev.points} == {"xqa-2x", "fa2-tc"}
+    spec = AttentionSpec(32, 8, 128, kv_cache_dtype="fp8_e4m3")
+    fld = engine_field(resolve_target("vllm"), spec, simulated("h100"), True)
+    out = renamed_evidence(ev, fld)
+    assert {t for (b, t, _p) in out.points if b == "FLASHINFER"} == {"fa2-tc"}

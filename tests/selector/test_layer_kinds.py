@@ -324,3 +324,36 @@ def test_selections_callers_get_carry_no_evidence(url) -> None:
     assert both.basis is None and select(url).basis is None  # kept only on the per-kind selections combine joins
     assert "basis" not in both.to_dict()
     assert pickle.loads(pickle.dumps(both)) == both
+
+
+def test_a_phase_routed_to_another_backend_dispatches_its_tactics_over_every_layer(tmp_path) -> None:
+    """FLASH_ATTN prefills far faster on both kinds and is chosen; decode is routed to FLASHINFER, whose fa3 wins
+    small batches and fa2-tc large ones on both kinds: the routed phase's cells follow that crossover."""
+    from hwtune.core.types import AttentionWorkload
+    from tests.selector.test_measured import rec
+
+    out = []
+    for spec in (WINDOWED, FULL):
+        for w in [AttentionWorkload(spec, "decode", b, c) for b in (1, 16, 256) for c in (512, 8192, 32768)] + [
+            AttentionWorkload(spec, "prefill", 1, p + 2048, query_len=2048) for p in (0, 8192)
+        ]:
+            base = 10 + 0.001 * (w.batch * w.context_len if w.phase == "decode" else w.query_len * w.context_len / 50)
+            if w.phase == "prefill":
+                out += [rec(w, "FLASHINFER", t, 5 * base) for t in ("fa3", "fa2-tc")] + [
+                    rec(w, "FLASH_ATTN", "fa3", base)
+                ]
+                continue
+            small = w.batch < 16
+            out += [rec(w, "FLASHINFER", "fa3", base * (0.8 if small else 1.0))]
+            out += [rec(w, "FLASHINFER", "fa2-tc", base * (1.0 if small else 0.8))]
+            out.append(rec(w, "FLASH_ATTN", "fa3", base * 1.05))
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    with Store.open(url) as s:
+        s.write(out)
+    _cached.cache_clear()
+    both = select(url, full_attention_layers=18, num_layers=36)
+    assert both.backend == "FLASH_ATTN" and both.per_phase == {"decode": "FLASHINFER", "prefill": "FLASH_ATTN"}
+    assert {e.phase for e in both.phase_dispatch} == {"decode"}
+    assert both.tactic_for("decode", 1, 8192, backend="FLASHINFER") == "fa3"
+    assert both.tactic_for("decode", 256, 8192, backend="FLASHINFER") == "fa2-tc"
+    _cached.cache_clear()

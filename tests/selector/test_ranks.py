@@ -150,7 +150,7 @@ def test_selection_pickles_and_the_digest_covers_what_drives_the_engine() -> Non
     import dataclasses
 
     import hwtune
-    from hwtune.selector.ranks import digest
+    from hwtune.selector.ranks import _differences, digest
     from hwtune.selector.selection import DispatchEntry
 
     sel = hwtune.select_attention(ranks_worker.ATTN, device="h100", assume_installed=True, db=False)
@@ -165,5 +165,9 @@ def test_selection_pickles_and_the_digest_covers_what_drives_the_engine() -> Non
         dataclasses.replace(sel, tactics={**sel.tactics, "prefill": "fa2"}),
         dataclasses.replace(sel, per_phase={"decode": "FLASHINFER"}),
         dataclasses.replace(sel, backend="FLASHINFER"),
+        dataclasses.replace(sel, phase_dispatch=(dataclasses.replace(cells[0], tactic="xqa"),)),
     ):
         assert digest(changed) != digest(sel)
+    routed = dataclasses.replace(sel, phase_dispatch=(dataclasses.replace(cells[0], tactic="xqa"),))
+    assert pickle.loads(pickle.dumps(routed))._phase_table == routed._phase_table
+    assert "routed phases' dispatch table" in _differences(routed, sel)

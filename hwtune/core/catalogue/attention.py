@@ -97,7 +97,7 @@ FLASHINFER = Backend(
     # FlashInfer's own auto prefill picks fa3 on SM90 (flashinfer/utils.py determine_attention_backend).
     tactic_order={
         "blackwell": {
-            "decode": ("trtllm-gen", "xqa", "xqa-2x", "fa2-tc", "fa2", "cute-dsl"),
+            "decode": ("trtllm-gen", "xqa", "fa2-tc", "fa2", "cute-dsl"),
             "prefill": ("trtllm-gen", "fa2-tc", "cute-dsl", "cudnn"),
         },
         "ampere_hopper": {"decode": ("fa2-tc", "fa2", "xqa", "xqa-2x", "fa3"), "prefill": ("fa3", "fa2-tc", "cudnn")},
@@ -167,8 +167,9 @@ FLASHINFER = Backend(
                 _XQA_RULES, compute_capabilities=(CCRange((9, 0), (9, 0)),), kv_cache_dtypes=fs("fp8_e4m3")
             ),
             compile_s=8,
+            hwtune_only=True,
             summary="XQA's SM 9.0 fp8 kernel called as flashinfer.xqa.xqa with sm_count twice the device's: twice the "
-            "sub-sequences per request",
+            "sub-sequences per request (hwtune's call: no engine makes it, so it ranks no engine's backend)",
             sources={
                 **_XQA_SOURCES,
                 "compute_capabilities": f"{FI} xqa.py: the SM90 GMMA kernel (mha_sm90.cu) runs only for an fp8 e4m3 "

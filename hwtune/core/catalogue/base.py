@@ -189,6 +189,9 @@ class Tactic:
     recompile_s: float | None = None
     #: Measured by ``hwtune tune --quick`` (when its backend is).
     quick: bool = True
+    #: A call of the backend's kernels that no engine makes (hwtune's own arguments): its measurements rank the
+    #: backend for hwtune's own catalogue only, never an engine's backend built on it.
+    hwtune_only: bool = False
 
 
 #: Architecture families that static priorities are declared for (``DeviceProfile.family``).

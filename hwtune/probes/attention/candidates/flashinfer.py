@@ -168,6 +168,8 @@ class FlashInferRunner(Runner):
 
         ws, head = self.workspace, p.spec.head_size
         window = self._window(p)
+        sms = XQA_SM_FACTOR[self.tactic] * torch.cuda.get_device_properties(p.q.device).multi_processor_count
+        pdl = device_support_pdl(p.q.device)
         self.xqa_call = lambda: xqa(
             p.q.unsqueeze(1),
             p.k_cache(),
@@ -184,8 +186,8 @@ class FlashInferRunner(Runner):
             kv_scale=p.v_scale,
             sliding_win_size=window + 1 if window >= 0 else 0,
             kv_layout=p.layout,
-            sm_count=XQA_SM_FACTOR[self.tactic] * torch.cuda.get_device_properties(p.q.device).multi_processor_count,
-            enable_pdl=device_support_pdl(p.q.device),
+            sm_count=sms,
+            enable_pdl=pdl,
         )
 
     def _plan_prefill(self, p: AttentionProblem, common: dict[str, Any]) -> None:
