@@ -148,10 +148,25 @@ def gather(rows: Iterable[tuple], fingerprints: Mapping[str, Mapping], env_hash:
             foreign[row[14]] += 1
     _judge_failures(ev, here)
     _aggregate_timings(ev, here)
+    _drop_covered(ev)
     for h, n in foreign.items():
         why = "; ".join(differences(fingerprints.get(h, {}), fingerprint)[:3]) or "a different environment"
         ev.notes.append(f"ignored {n} measurement(s) from another environment: {why}")
     return ev
+
+
+def _drop_covered(ev: Evidence) -> None:
+    """Where a tactic and one it covers (``Tactic.covers``: its search starts from that one's launch and keeps it
+    unless another is faster) were both measured in a phase, the covered one's points leave the evidence: the
+    covering tactic is no slower at any shape, and estimates of two near-equal tactics would otherwise pick between
+    them by noise."""
+    from hwtune.core import catalogue
+
+    for backend, tactic, phase in list(ev.points):
+        spec = catalogue.find(backend)
+        declared = spec.tactic(tactic) if spec is not None else None
+        for covered in declared.covers if declared is not None else ():
+            ev.points.pop((backend, covered, phase), None)
 
 
 def _judge_failures(ev: Evidence, here: list[_Row]) -> None:

@@ -219,3 +219,19 @@ def test_a_phase_routed_to_another_backend_dispatches_that_backends_tactics(stor
     assert {e.phase for e in sel.phase_dispatch} == {"decode"}
     with pytest.raises(ValueError, match="not among the valid backends"):
         sel.tactic_for("decode", 2, 3000, backend="NO_SUCH_BACKEND")
+
+
+def test_a_covered_tactic_leaves_the_evidence_where_its_covering_tactic_was_measured() -> None:
+    """HWTUNE_TRITON_ATTN's tuned search starts from auto's config (``Tactic.covers``): where both were measured in a
+    phase only tuned's points stay, so noise between two near-equal estimates cannot pick auto; auto alone stays."""
+    from hwtune.selector.measured import gather
+    from tests.selector.test_engine_evidence import row
+
+    def triton(tactic: str, phase: str = "decode") -> tuple:
+        r = list(row(tactic, "ok"))
+        r[1], r[7] = phase, "HWTUNE_TRITON_ATTN"
+        return tuple(r)
+
+    fp = {"gpu": "H100"}
+    ev = gather([triton("auto"), triton("tuned"), triton("auto", "prefill")], {"env": fp}, "env", fp)
+    assert set(ev.points) == {("HWTUNE_TRITON_ATTN", "tuned", "decode"), ("HWTUNE_TRITON_ATTN", "auto", "prefill")}

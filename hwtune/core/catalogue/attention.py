@@ -418,6 +418,8 @@ HWTUNE_TRITON_ATTN = Backend(
             # search took 0.28 s median, 0.78 mean, 7.5 at most (a 8192-token chunk on a 32768-token prefix)
             recompile_s=1,
             quick=False,
+            # its search starts from auto's config (config_search.py); measured: docs/tuning.md "Covered tactics"
+            covers=("auto",),
         ),
     ),
     sources={

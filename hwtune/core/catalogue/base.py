@@ -192,6 +192,9 @@ class Tactic:
     #: A call of the backend's kernels that no engine makes (hwtune's own arguments): its measurements rank the
     #: backend for hwtune's own catalogue only, never an engine's backend built on it.
     hwtune_only: bool = False
+    #: Tactics whose launch this one's per-workload search starts from and keeps unless it measures a faster one: at
+    #: any shape it is no slower than those, so where both were measured the selector leaves them out.
+    covers: tuple[str, ...] = ()
 
 
 #: Architecture families that static priorities are declared for (``DeviceProfile.family``).

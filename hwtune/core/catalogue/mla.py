@@ -399,6 +399,8 @@ HWTUNE_TRITON_MLA = Backend(
             compile_s=40,
             recompile_s=1.5,  # the search per workload: 0.3-3.3 s (DeepSeek-V3 TP8 tunes, H100, 2026-11-27)
             quick=False,
+            # its search starts from auto's config (config_search.py); measured: docs/tuning.md "Covered tactics"
+            covers=("auto",),
         ),
     ),
     sources={
