@@ -156,17 +156,25 @@ def gather(rows: Iterable[tuple], fingerprints: Mapping[str, Mapping], env_hash:
 
 
 def _drop_covered(ev: Evidence) -> None:
-    """Where a tactic and one it covers (``Tactic.covers``: its search starts from that one's launch and keeps it
-    unless another is faster) were both measured in a phase, the covered one's points leave the evidence: the
-    covering tactic is no slower at any shape, and estimates of two near-equal tactics would otherwise pick between
-    them by noise."""
+    """At each shape where a tactic and one it covers (``Tactic.covers``: its search starts from that one's launch
+    and keeps it unless another is faster) were both measured, the covered one's point leaves the evidence: the
+    covering tactic is no slower there, and estimates of two near-equal tactics would otherwise pick between them by
+    noise. Shapes only the covered tactic was measured at keep its points (a quick tune measures no ``tuned``)."""
     from hwtune.core import catalogue
 
     for backend, tactic, phase in list(ev.points):
         spec = catalogue.find(backend)
         declared = spec.tactic(tactic) if spec is not None else None
         for covered in declared.covers if declared is not None else ():
-            ev.points.pop((backend, covered, phase), None)
+            key = (backend, covered, phase)
+            if key not in ev.points:
+                continue
+            shapes = {(p.batch, p.context, p.query_len) for p in ev.points[(backend, tactic, phase)]}
+            kept = [p for p in ev.points[key] if (p.batch, p.context, p.query_len) not in shapes]
+            if kept:
+                ev.points[key] = kept
+            else:
+                del ev.points[key]
 
 
 def _judge_failures(ev: Evidence, here: list[_Row]) -> None:

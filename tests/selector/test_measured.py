@@ -223,7 +223,7 @@ def test_a_phase_routed_to_another_backend_dispatches_that_backends_tactics(stor
 
 def test_a_covered_tactic_leaves_the_evidence_where_its_covering_tactic_was_measured() -> None:
     """HWTUNE_TRITON_ATTN's tuned search starts from auto's config (``Tactic.covers``): where both were measured in a
-    phase only tuned's points stay, so noise between two near-equal estimates cannot pick auto; auto alone stays."""
+    shape only tuned's point stays, so noise between two near-equal estimates cannot pick auto; auto alone stays."""
     from hwtune.selector.measured import gather
     from tests.selector.test_engine_evidence import row
 
@@ -235,3 +235,7 @@ def test_a_covered_tactic_leaves_the_evidence_where_its_covering_tactic_was_meas
     fp = {"gpu": "H100"}
     ev = gather([triton("auto"), triton("tuned"), triton("auto", "prefill")], {"env": fp}, "env", fp)
     assert set(ev.points) == {("HWTUNE_TRITON_ATTN", "tuned", "decode"), ("HWTUNE_TRITON_ATTN", "auto", "prefill")}
+    other = list(triton("auto"))
+    other[3] = 4096  # a shape tuned was not measured at: auto's point there stays
+    ev = gather([triton("auto"), triton("tuned"), tuple(other)], {"env": fp}, "env", fp)
+    assert [p.context for p in ev.points[("HWTUNE_TRITON_ATTN", "auto", "decode")]] == [4096]
