@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.experiments.probe_jobs import emit, probe_job  # noqa: E402
 from hwtune.core.model_config import attention_spec, load_model_config  # noqa: E402
 from hwtune.core.types import AttentionWorkload  # noqa: E402
 from hwtune.kernels import triton_attention  # noqa: E402
-from hwtune.probes.attention.job import run_job  # noqa: E402
 from hwtune.probes.timing import TimingOptions  # noqa: E402
 
 SHAPES = [(1, 700), (1, 3000), (1, 12000), (2, 700), (2, 3000), (8, 700), (8, 3000), (8, 12000), (32, 700),
@@ -45,9 +44,7 @@ def measure(workload: AttentionWorkload, backend: str, tactic: str, merge: str, 
     if merge == "kernel":
         triton_attention.merges_in_kernel = lambda *args: False
     try:
-        job = {"workload": workload.to_dict(), "backend": backend, "tactic": tactic, "device": "cuda",
-               "seed": 0, "timing": dataclasses.asdict(timing)}  # fmt: skip
-        return run_job(job)
+        return probe_job(workload, backend, tactic, timing)
     finally:
         triton_attention.merges_in_kernel = original
 
@@ -70,10 +67,7 @@ def main() -> int:
                         "backend": backend, "tactic": tactic, "merge": merge, "status": r.get("status"),
                         "median_us": stats.get("median_us"), "spread": stats.get("spread"),
                         "config": extra.get("config"), "message": r.get("message", "")[:200]}  # fmt: skip
-                print(json.dumps(line), flush=True)
-                if out:
-                    out.write(json.dumps(line) + "\n")
-                    out.flush()
+                emit(line, out)
     return 0
 
 

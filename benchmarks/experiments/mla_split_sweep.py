@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.experiments.probe_jobs import emit, probe_job  # noqa: E402
 from hwtune.core.model_config import attention_spec, load_model_config  # noqa: E402
 from hwtune.core.types import AttentionWorkload  # noqa: E402
 from hwtune.kernels import triton_mla  # noqa: E402
-from hwtune.probes.attention.job import run_job  # noqa: E402
 from hwtune.probes.timing import TimingOptions  # noqa: E402
 
 SHAPES = [(8, 3000), (8, 12000), (8, 20000), (32, 700), (32, 3000), (32, 12000), (128, 700), (128, 3000), (48, 3000)]
@@ -53,9 +52,7 @@ def measure(workload: AttentionWorkload, backend: str, tactic: str, timing: Timi
     original = triton_mla.mla_config_space
     triton_mla.mla_config_space = fine_space
     try:
-        job = {"workload": workload.to_dict(), "backend": backend, "tactic": tactic, "device": "cuda",
-               "seed": 0, "timing": dataclasses.asdict(timing)}  # fmt: skip
-        return run_job(job)
+        return probe_job(workload, backend, tactic, timing)
     finally:
         triton_mla.mla_config_space = original
 
@@ -78,10 +75,7 @@ def main() -> int:
                     "median_us": stats.get("median_us"), "config": extra.get("config"),
                     "searched_us": extra.get("searched_us"), "screened_us": extra.get("screened_us"),
                     "message": r.get("message", "")[:200]}  # fmt: skip
-            print(json.dumps(line), flush=True)
-            if out:
-                out.write(json.dumps(line) + "\n")
-                out.flush()
+            emit(line, out)
     return 0
 
 

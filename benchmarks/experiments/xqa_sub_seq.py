@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.experiments.probe_jobs import emit, probe_job  # noqa: E402
 from hwtune.core.model_config import attention_spec, load_model_config  # noqa: E402
 from hwtune.core.types import AttentionWorkload  # noqa: E402
-from hwtune.probes.attention.job import run_job  # noqa: E402
 from hwtune.probes.timing import TimingOptions  # noqa: E402
 
 SHAPES = [(1, 3000), (1, 12000), (1, 20000), (1, 48000), (2, 12000), (2, 20000), (2, 48000), (8, 12000), (32, 3000)]
@@ -40,9 +39,7 @@ def measure(workload: AttentionWorkload, backend: str, tactic: str, factor: int,
     if factor != 1:
         fi_decode.get_device_sm_count = lambda device: factor * original(device)
     try:
-        job = {"workload": workload.to_dict(), "backend": backend, "tactic": tactic, "device": "cuda",
-               "seed": 0, "timing": dataclasses.asdict(timing)}  # fmt: skip
-        return run_job(job)
+        return probe_job(workload, backend, tactic, timing)
     finally:
         fi_decode.get_device_sm_count = original
 
@@ -67,10 +64,7 @@ def main() -> int:
                         "median_us": stats.get("median_us"), "spread": stats.get("spread"),
                         "rel_l2": (r.get("error") or {}).get("rel_l2"), "config": extra.get("config"),
                         "message": r.get("message", "")[:200]}  # fmt: skip
-                print(json.dumps(line), flush=True)
-                if out:
-                    out.write(json.dumps(line) + "\n")
-                    out.flush()
+                emit(line, out)
     return 0
 
 
