@@ -13,15 +13,15 @@ process as the yardstick. One JSON line per (model, shape, candidate, merge) on 
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
+import contextlib
 import sys
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.experiments.probe_jobs import emit, probe_job  # noqa: E402
+from benchmarks.experiments.probe_jobs import emit, options, probe_job  # noqa: E402
 from hwtune.core.model_config import attention_spec, load_model_config  # noqa: E402
 from hwtune.core.types import AttentionWorkload  # noqa: E402
 from hwtune.kernels import triton_attention  # noqa: E402
@@ -40,22 +40,13 @@ def candidates(kv: str) -> list[tuple[str, str, str]]:
 
 
 def measure(workload: AttentionWorkload, backend: str, tactic: str, merge: str, timing: TimingOptions) -> dict:
-    original = triton_attention.merges_in_kernel
-    if merge == "kernel":
-        triton_attention.merges_in_kernel = lambda *args: False
-    try:
+    off = mock.patch.object(triton_attention, "merges_in_kernel", lambda *args: False)
+    with off if merge == "kernel" else contextlib.nullcontext():
         return probe_job(workload, backend, tactic, timing)
-    finally:
-        triton_attention.merges_in_kernel = original
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--time-cap", type=float, default=0.3, help="seconds of timing per candidate (the oracle's)")
-    ap.add_argument("--out", type=Path)
-    args = ap.parse_args()
-    timing = dataclasses.replace(TimingOptions(), time_cap_s=args.time_cap)
-    out = args.out.open("a") if args.out else None
+    timing, out = options(__doc__)
     for model, tp, kv in MODELS:
         spec = attention_spec(load_model_config(ROOT / "tests/data/models" / model), tp, kv_cache_dtype=kv)
         for batch, ctx in SHAPES:

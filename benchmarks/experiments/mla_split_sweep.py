@@ -14,15 +14,15 @@ The record keeps every config's screen time, so the best split count per shape c
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.experiments.probe_jobs import emit, probe_job  # noqa: E402
+from benchmarks.experiments.probe_jobs import emit, options, probe_job  # noqa: E402
 from hwtune.core.model_config import attention_spec, load_model_config  # noqa: E402
 from hwtune.core.types import AttentionWorkload  # noqa: E402
 from hwtune.kernels import triton_mla  # noqa: E402
@@ -49,21 +49,12 @@ def fine_space(**shape: int) -> list[triton_mla.MlaConfig]:
 
 
 def measure(workload: AttentionWorkload, backend: str, tactic: str, timing: TimingOptions) -> dict:
-    original = triton_mla.mla_config_space
-    triton_mla.mla_config_space = fine_space
-    try:
+    with mock.patch.object(triton_mla, "mla_config_space", fine_space):
         return probe_job(workload, backend, tactic, timing)
-    finally:
-        triton_mla.mla_config_space = original
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--time-cap", type=float, default=0.3, help="seconds of timing per candidate (the oracle's)")
-    ap.add_argument("--out", type=Path)
-    args = ap.parse_args()
-    timing = dataclasses.replace(TimingOptions(), time_cap_s=args.time_cap)
-    out = args.out.open("a") if args.out else None
+    timing, out = options(__doc__)
     spec = attention_spec(load_model_config(ROOT / "tests/data/models/deepseek-v3.json"), 8)
     spec = dataclasses.replace(spec, block_size=16)
     for batch, ctx in SHAPES:

@@ -6,6 +6,7 @@ comes (printed, and appended to ``--out`` when given).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import sys
@@ -34,3 +35,13 @@ def emit(line: dict, out: IO[str] | None) -> None:
     if out:
         out.write(text + "\n")
         out.flush()
+
+
+def options(doc: str) -> tuple[TimingOptions, IO[str] | None]:
+    """The experiments' command line: ``--time-cap`` (seconds of timing per candidate, the oracle's 0.3 by default)
+    and ``--out`` (a JSON Lines file appended to); returns the timing and the open file (or None)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--time-cap", type=float, default=0.3, help="seconds of timing per candidate (the oracle's)")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    return dataclasses.replace(TimingOptions(), time_cap_s=args.time_cap), args.out.open("a") if args.out else None

@@ -14,15 +14,14 @@ the float32 reference, then the CUDA-graph timing with its L2 flush) measures xq
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import sys
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.experiments.probe_jobs import emit, probe_job  # noqa: E402
+from benchmarks.experiments.probe_jobs import emit, options, probe_job  # noqa: E402
 from hwtune.core.model_config import attention_spec, load_model_config  # noqa: E402
 from hwtune.core.types import AttentionWorkload  # noqa: E402
 from hwtune.probes.timing import TimingOptions  # noqa: E402
@@ -35,22 +34,13 @@ FACTORS = (1, 2, 4, 8)
 def measure(workload: AttentionWorkload, backend: str, tactic: str, factor: int, timing: TimingOptions) -> dict:
     import flashinfer.decode as fi_decode
 
-    original = fi_decode.get_device_sm_count
-    if factor != 1:
-        fi_decode.get_device_sm_count = lambda device: factor * original(device)
-    try:
+    sms = fi_decode.get_device_sm_count
+    with mock.patch.object(fi_decode, "get_device_sm_count", lambda device: factor * sms(device)):
         return probe_job(workload, backend, tactic, timing)
-    finally:
-        fi_decode.get_device_sm_count = original
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--time-cap", type=float, default=0.3, help="seconds of timing per candidate (the oracle's)")
-    ap.add_argument("--out", type=Path)
-    args = ap.parse_args()
-    timing = dataclasses.replace(TimingOptions(), time_cap_s=args.time_cap)
-    out = args.out.open("a") if args.out else None
+    timing, out = options(__doc__)
     for model, tp, kv in MODELS:
         spec = attention_spec(load_model_config(ROOT / "tests/data/models" / model), tp, kv_cache_dtype=kv)
         for batch, ctx in SHAPES:
