@@ -171,7 +171,7 @@ def phase_dispatch(
     out: list[DispatchEntry] = []
     for phase, backend in sorted(per_phase.items()):
         if backend != chosen:
-            out += [e for e in dispatch_table(ev, backend, max_batch, max_context, (phase,)) if e.phase == phase]
+            out += dispatch_table(ev, backend, max_batch, max_context, (phase,))
     return tuple(out)
 
 
