@@ -11,11 +11,12 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import IO
+from typing import IO, Iterator, Sequence
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from hwtune.core.model_config import attention_spec, load_model_config  # noqa: E402
 from hwtune.core.types import AttentionWorkload  # noqa: E402
 from hwtune.probes.attention.job import run_job  # noqa: E402
 from hwtune.probes.timing import TimingOptions  # noqa: E402
@@ -45,3 +46,24 @@ def options(doc: str) -> tuple[TimingOptions, IO[str] | None]:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     return dataclasses.replace(TimingOptions(), time_cap_s=args.time_cap), args.out.open("a") if args.out else None
+
+
+def decode_workloads(
+    models: Sequence[tuple[str, int, str]], shapes: Sequence[tuple[int, int]]
+) -> Iterator[tuple[dict, AttentionWorkload]]:
+    """Each (model config under tests/data/models, TP, kv-cache dtype) x (batch, context) decode workload, with the
+    fields that name it in a result line."""
+    for model, tp, kv in models:
+        spec = attention_spec(load_model_config(ROOT / "tests/data/models" / model), tp, kv_cache_dtype=kv)
+        for batch, ctx in shapes:
+            named = {"model": model, "tp": tp, "kv_cache_dtype": kv, "batch": batch, "context": ctx}
+            yield named, AttentionWorkload(spec, "decode", batch, ctx, query_len=spec.query_len_decode)
+
+
+def outcome(r: dict) -> dict:
+    """A job result's fields for a result line: status, median and spread, the error's relative L2, the config the
+    candidate ran, the message's start."""
+    stats, extra = r.get("stats") or {}, r.get("extra") or {}
+    return {"status": r.get("status"), "median_us": stats.get("median_us"), "spread": stats.get("spread"),
+            "rel_l2": (r.get("error") or {}).get("rel_l2"), "config": extra.get("config"),
+            "message": r.get("message", "")[:200]}  # fmt: skip

@@ -21,8 +21,7 @@ from unittest import mock
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.experiments.probe_jobs import emit, options, probe_job  # noqa: E402
-from hwtune.core.model_config import attention_spec, load_model_config  # noqa: E402
+from benchmarks.experiments.probe_jobs import decode_workloads, emit, options, outcome, probe_job  # noqa: E402
 from hwtune.core.types import AttentionWorkload  # noqa: E402
 from hwtune.probes.timing import TimingOptions  # noqa: E402
 
@@ -41,20 +40,11 @@ def measure(workload: AttentionWorkload, backend: str, tactic: str, factor: int,
 
 def main() -> int:
     timing, out = options(__doc__)
-    for model, tp, kv in MODELS:
-        spec = attention_spec(load_model_config(ROOT / "tests/data/models" / model), tp, kv_cache_dtype=kv)
-        for batch, ctx in SHAPES:
-            workload = AttentionWorkload(spec, "decode", batch, ctx, query_len=spec.query_len_decode)
-            runs = [("FLASHINFER", "xqa", f) for f in FACTORS] + [("HWTUNE_TRITON_ATTN", "tuned", 1)]
-            for backend, tactic, factor in runs:
-                r = measure(workload, backend, tactic, factor, timing)
-                stats, extra = r.get("stats") or {}, r.get("extra") or {}
-                line = {"model": model, "tp": tp, "kv_cache_dtype": kv, "batch": batch, "context": ctx,
-                        "backend": backend, "tactic": tactic, "sm_factor": factor, "status": r.get("status"),
-                        "median_us": stats.get("median_us"), "spread": stats.get("spread"),
-                        "rel_l2": (r.get("error") or {}).get("rel_l2"), "config": extra.get("config"),
-                        "message": r.get("message", "")[:200]}  # fmt: skip
-                emit(line, out)
+    runs = [("FLASHINFER", "xqa", f) for f in FACTORS] + [("HWTUNE_TRITON_ATTN", "tuned", 1)]
+    for named, workload in decode_workloads(MODELS, SHAPES):
+        for backend, tactic, factor in runs:
+            r = measure(workload, backend, tactic, factor, timing)
+            emit({**named, "backend": backend, "tactic": tactic, "sm_factor": factor, **outcome(r)}, out)
     return 0
 
 
