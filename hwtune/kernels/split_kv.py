@@ -18,6 +18,10 @@ from hwtune.kernels.configs import MERGE_COUNTER_WORDS, cdiv, is_decode_shape, n
 #: splits are loaded ``MERGE_TILE // width`` at a time (4096 elements: 32 float32 registers a thread at 4 warps).
 MERGE_MIN_D = 64
 MERGE_TILE = 4096
+#: (token, head) rows per SM below which the merge keeps one row per program, and the partials' elements a merge
+#: program loads a step above it (``merge_rows_per_program``).
+MERGE_ROWS_FROM_PROGRAMS_PER_SM = 8
+MERGE_ROW_STEP = 512
 
 
 @triton.jit
@@ -95,6 +99,92 @@ def _merge_kernel(
 
 
 @triton.jit
+def _merge_rows(
+    num_splits,
+    part_o_ptr,
+    part_lse_ptr,
+    out_ptr,
+    lse_ptr,
+    rows_tok,
+    rows_head,
+    row_ok,
+    offs_d,
+    d_ok,
+    stride_ps,
+    stride_pt,
+    stride_ph,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_lh,
+    HEAD_D: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+):
+    """Merge every split of ``BLOCK_R`` (token, head) rows, one split at a time (``[BLOCK_R, BLOCK_D]`` partials a
+    step), and store the rows' output (and LSE). Partials are loaded past L1 (``.cg``): another launch's loads of the
+    same addresses could have filled it. Splits that saw no KV stored LSE -inf and weigh zero."""
+    base = rows_tok.to(tl.int64) * stride_pt + rows_head * stride_ph
+    mask = row_ok[:, None] & d_ok[None, :]
+    m = tl.full([BLOCK_R], float("-inf"), tl.float32)
+    total = tl.zeros([BLOCK_R], tl.float32)
+    acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
+    for s in range(num_splits):
+        row = s * stride_ps + base
+        ls = tl.load(part_lse_ptr + row, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
+        o = tl.load(part_o_ptr + row[:, None] * HEAD_D + offs_d[None, :], mask=mask, other=0.0, cache_modifier=".cg")
+        m_new = tl.maximum(m, ls)
+        scale, w = _lse_weights(m, m_new, ls)
+        acc = acc * scale[:, None] + tl.where(w[:, None] > 0.0, o.to(tl.float32), 0.0) * w[:, None]
+        total = total * scale + w
+        m = m_new
+    o = acc / tl.where(total > 0.0, total, 1.0)[:, None]
+    o_off = rows_tok.to(tl.int64) * stride_ot + rows_head * stride_oh
+    tl.store(out_ptr + o_off[:, None] + offs_d[None, :], o.to(out_ptr.dtype.element_ty), mask=mask)
+    if WRITE_LSE:
+        lse = _merged_lse(m, total)
+        tl.store(lse_ptr + rows_tok.to(tl.int64) * stride_lt + rows_head * stride_lh, lse, mask=row_ok)
+
+
+@jit_workload_generic
+def _merge_rows_kernel(
+    part_o_ptr,
+    part_lse_ptr,
+    out_ptr,
+    lse_ptr,
+    qsl_ptr,
+    batch,
+    num_splits,
+    num_heads,
+    num_rows,
+    stride_ps,
+    stride_pt,
+    stride_ph,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_lh,
+    HEAD_D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+):
+    """The merge for many (token, head) rows (a prefill's split launch): one program per ``BLOCK_R`` consecutive rows
+    (token-major), whole heads, one split a step (``_merge_rows``). Rows of padding tokens are left untouched."""
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    tok = r // num_heads
+    head = r % num_heads
+    row_ok = (r < num_rows) & (tok < tl.load(qsl_ptr + batch))
+    offs_d = tl.arange(0, BLOCK_D)
+    _merge_rows(
+        num_splits, part_o_ptr, part_lse_ptr, out_ptr, lse_ptr, tok, head, row_ok, offs_d, offs_d < HEAD_D,
+        stride_ps, stride_pt, stride_ph, stride_ot, stride_oh, stride_lt, stride_lh, HEAD_D, BLOCK_R, BLOCK_D,
+        WRITE_LSE,
+    )  # fmt: skip
+
+
+@triton.jit
 def merge_if_last(
     counter_ptr,
     num_splits,
@@ -130,27 +220,11 @@ def merge_if_last(
     tl.debug_barrier()
     ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
     if ticket == num_splits - 1:
-        base = rows_tok.to(tl.int64) * stride_pt + rows_head * stride_ph
-        mask = row_ok[:, None] & d_ok[None, :]
-        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        total = tl.zeros([BLOCK_M], tl.float32)
-        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-        for s in range(num_splits):
-            row = s * stride_ps + base
-            ls = tl.load(part_lse_ptr + row, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
-            o_ptrs = part_o_ptr + row[:, None] * HEAD_D + offs_d[None, :]
-            o = tl.load(o_ptrs, mask=mask, other=0.0, cache_modifier=".cg")
-            m_new = tl.maximum(m, ls)
-            scale, w = _lse_weights(m, m_new, ls)
-            acc = acc * scale[:, None] + tl.where(w[:, None] > 0.0, o.to(tl.float32), 0.0) * w[:, None]
-            total = total * scale + w
-            m = m_new
-        o = acc / tl.where(total > 0.0, total, 1.0)[:, None]
-        o_off = rows_tok.to(tl.int64) * stride_ot + rows_head * stride_oh
-        tl.store(out_ptr + o_off[:, None] + offs_d[None, :], o.to(out_ptr.dtype.element_ty), mask=mask)
-        if WRITE_LSE:
-            lse = _merged_lse(m, total)
-            tl.store(lse_ptr + rows_tok.to(tl.int64) * stride_lt + rows_head * stride_lh, lse, mask=row_ok)
+        _merge_rows(
+            num_splits, part_o_ptr, part_lse_ptr, out_ptr, lse_ptr, rows_tok, rows_head, row_ok, offs_d, d_ok,
+            stride_ps, stride_pt, stride_ph, stride_ot, stride_oh, stride_lt, stride_lh, HEAD_D, BLOCK_M, BLOCK_D,
+            WRITE_LSE,
+        )  # fmt: skip
         tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
 
 
@@ -211,6 +285,22 @@ def split_buffers(
     return part_o, part_lse, counters
 
 
+def merge_rows_per_program(num_tokens: int, num_heads: int, head_size: int, sms: int) -> int:
+    """(token, head) rows one merge program combines: 1 (``_merge_kernel``: a row, or a slice of one, per program, its
+    splits a chunk at a time) below ``MERGE_ROWS_FROM_PROGRAMS_PER_SM`` rows per SM; from there (a prefill's split
+    launch, a large decode batch) as many rows as make ``MERGE_ROW_STEP`` elements of partials a step (4 of head 128; 1
+    of head 512, where the chunked kernel stays faster).
+
+    Measured on an H100 (2026-11-27, benchmarks/results/experiments/merge_rows_h100_2026-11-27.jsonl, one call replayed
+    from a CUDA graph): head 128, 3072 rows (a 96-token chunk, 32 heads) x 4-16 splits went from 10.5-13.2 us to
+    3.9-9.3 with 4 rows a program, 12288 rows x 3 splits from 36.2 to 8.0, 32768 x 2 from 34.6 to 17.3, and a decode
+    batch of 128 x 32 heads x 8 splits from 14.3 to 6.2; 8 rows were within 10 % of 4 where they were faster. Below
+    1024 rows, and for head 512 (DeepSeek-V3 MLA, 128-2048 rows), one row a program was as fast or faster."""
+    if num_tokens * num_heads < MERGE_ROWS_FROM_PROGRAMS_PER_SM * sms:
+        return 1
+    return max(1, MERGE_ROW_STEP // next_pow2(head_size))
+
+
 def merge_block_d(num_tokens: int, num_heads: int, head_size: int, sms: int) -> int:
     """Width of the head slice one merge program combines: the whole (power-of-two padded) head where the (token, head)
     programs fill every SM at least once, else halved until they do or the slice reaches ``MERGE_MIN_D``.
@@ -234,33 +324,32 @@ def merge_splits(
     lse: torch.Tensor | None,
     query_start_loc: torch.Tensor,
     batch: int,
+    *,
+    rows_per_program: int | None = None,
 ) -> None:
     """Combine the split-KV partials into ``out`` (and ``lse``) by their LSEs: exact for any split, and padding
-    tokens past the batch's queries are left untouched."""
+    tokens past the batch's queries are left untouched. ``rows_per_program``: (token, head) rows one program merges
+    (``merge_rows_per_program`` unless given; 1: one row, or a slice of it, per program, its splits a chunk at a
+    time)."""
     splits, num_tokens, num_heads, head_size = part_o.shape
     lse_arg = lse if lse is not None else part_lse
-    block_d = merge_block_d(num_tokens, num_heads, head_size, num_sms(out.device))
+    sms = num_sms(out.device)
+    rows = rows_per_program or merge_rows_per_program(num_tokens, num_heads, head_size, sms)
+    strides = (part_lse.stride(0), part_lse.stride(1), part_lse.stride(2), out.stride(0), out.stride(1))
+    strides += (lse_arg.stride(0), lse_arg.stride(1))
+    if rows > 1:
+        _merge_rows_kernel[(cdiv(num_tokens * num_heads, rows),)](
+            part_o, part_lse, out, lse_arg, query_start_loc, batch, splits, num_heads, num_tokens * num_heads,
+            *strides, HEAD_D=head_size, BLOCK_D=next_pow2(head_size), BLOCK_R=rows, WRITE_LSE=lse is not None,
+            num_warps=4,
+        )  # fmt: skip
+        return
+    block_d = merge_block_d(num_tokens, num_heads, head_size, sms)
     _merge_kernel[(num_tokens, num_heads, cdiv(head_size, block_d))](
-        part_o,
-        part_lse,
-        out,
-        lse_arg,
-        query_start_loc,
-        batch,
-        splits,
-        part_lse.stride(0),
-        part_lse.stride(1),
-        part_lse.stride(2),
-        out.stride(0),
-        out.stride(1),
-        lse_arg.stride(0),
-        lse_arg.stride(1),
-        HEAD_D=head_size,
-        BLOCK_D=block_d,
-        CHUNK=max(2, min(MERGE_TILE // block_d, next_pow2(splits))),
-        WRITE_LSE=lse is not None,
-        num_warps=4,
-    )
+        part_o, part_lse, out, lse_arg, query_start_loc, batch, splits, *strides,
+        HEAD_D=head_size, BLOCK_D=block_d, CHUNK=max(2, min(MERGE_TILE // block_d, next_pow2(splits))),
+        WRITE_LSE=lse is not None, num_warps=4,
+    )  # fmt: skip
 
 
 __all__ = [
@@ -268,6 +357,7 @@ __all__ = [
     "MERGE_MIN_D",
     "merge_block_d",
     "merge_if_last",
+    "merge_rows_per_program",
     "merge_splits",
     "merges_in_kernel",
     "split_buffers",

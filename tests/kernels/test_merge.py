@@ -1,7 +1,8 @@
 """The split-KV merge kernel (``split_kv.merge_splits``) alone, in Triton's interpreter, against a torch
 logsumexp merge: more splits than one chunk of the kernel's loop (so the running maximum is rescaled between
 chunks), LSEs whose exponentials overflow float32 unless the maximum is subtracted, head sizes that are and are not
-a multiple of the kernel's head slice, 16-bit partials, splits that saw no KV (LSE -inf; a whole first chunk of
+a multiple of the kernel's head slice, several (token, head) rows a program (``_merge_rows_kernel``, a last block
+part padding), 16-bit partials, splits that saw no KV (LSE -inf; a whole first chunk of
 them), a row no split saw (output 0, LSE -inf) and padding tokens past the batch left untouched."""
 
 from __future__ import annotations
@@ -14,7 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from hwtune.kernels.split_kv import MERGE_MIN_D, merge_block_d
+from hwtune.kernels.split_kv import (
+    MERGE_MIN_D,
+    MERGE_ROW_STEP,
+    MERGE_ROWS_FROM_PROGRAMS_PER_SM,
+    merge_block_d,
+    merge_rows_per_program,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,7 +30,7 @@ import json, sys
 import torch
 import hwtune.kernels.split_kv as split_kv
 
-def case(splits, tokens, heads, head, dtype, with_lse, seed, sms):
+def case(splits, tokens, heads, head, dtype, with_lse, seed, sms, rows=None):
     split_kv.num_sms = lambda device: sms  # the interpreter's 4 SMs would never slice the heads
     g = torch.Generator().manual_seed(seed)
     part_o = torch.randn(splits, tokens, heads, head, generator=g).to(dtype)
@@ -36,7 +43,7 @@ def case(splits, tokens, heads, head, dtype, with_lse, seed, sms):
     qsl = torch.tensor([0, 1, batch_tokens], dtype=torch.int32)
     out = torch.full((tokens, heads, head), 7.0, dtype=dtype)
     lse = torch.full((tokens, heads), 7.0) if with_lse else None
-    split_kv.merge_splits(part_o, part_lse, out, lse, qsl, 2)
+    split_kv.merge_splits(part_o, part_lse, out, lse, qsl, 2, rows_per_program=rows)
     w = torch.softmax(part_lse, 0).nan_to_num(0.0)
     ref = (w[..., None] * part_o.float().nan_to_num(0.0)).sum(0)
     ref_lse = torch.logsumexp(part_lse, 0)
@@ -56,6 +63,9 @@ print(json.dumps({
     "f32_70_splits_d512_sliced": case(70, 4, 3, 512, torch.float32, True, 0, 1000),
     "bf16_5_splits_d96_sliced": case(5, 3, 2, 96, torch.bfloat16, True, 1, 1000),
     "f32_33_splits_d200_no_lse_sliced": case(33, 3, 2, 200, torch.float32, False, 2, 1000),
+    "f32_9_splits_d128_rows4": case(9, 5, 3, 128, torch.float32, True, 3, 4, rows=4),  # 15 rows: a partial last block
+    "bf16_3_splits_d96_rows2_no_lse": case(3, 4, 3, 96, torch.bfloat16, False, 4, 4, rows=2),
+    "f32_5_splits_d128_rows_by_rule": case(5, 9, 4, 128, torch.float32, True, 5, 1),  # 36 rows, 1 SM: 4 a program
 }))
 """
 
@@ -77,6 +87,9 @@ def results() -> dict:
         ("f32_70_splits_d512_sliced", 1e-5),
         ("bf16_5_splits_d96_sliced", 2e-2),
         ("f32_33_splits_d200_no_lse_sliced", 1e-5),
+        ("f32_9_splits_d128_rows4", 1e-5),
+        ("bf16_3_splits_d96_rows2_no_lse", 2e-2),
+        ("f32_5_splits_d128_rows_by_rule", 1e-5),
     ],
 )
 def test_merge_matches_a_logsumexp_merge(case: str, tol: float, results: dict) -> None:
@@ -92,3 +105,13 @@ def test_heads_are_sliced_only_while_the_token_head_programs_leave_sms_idle() ->
     assert merge_block_d(num_tokens=1, num_heads=16, head_size=512, sms=132) == MERGE_MIN_D  # 8 slices, the floor
     assert merge_block_d(num_tokens=1, num_heads=32, head_size=96, sms=132) == 64  # padded to 128, two slices
     assert merge_block_d(num_tokens=1, num_heads=8, head_size=64, sms=132) == 64  # never below the floor
+
+
+def test_merge_programs_take_several_rows_only_where_rows_are_plentiful() -> None:
+    sms, per_sm = 132, MERGE_ROWS_FROM_PROGRAMS_PER_SM
+    assert merge_rows_per_program(num_tokens=96, num_heads=8, head_size=128, sms=sms) == 1  # 768 rows: too few
+    assert merge_rows_per_program(num_tokens=per_sm * sms, num_heads=1, head_size=128, sms=sms) == MERGE_ROW_STEP // 128
+    assert merge_rows_per_program(num_tokens=96, num_heads=32, head_size=128, sms=sms) == 4  # a chunk's 3072 rows
+    assert merge_rows_per_program(num_tokens=96, num_heads=32, head_size=96, sms=sms) == 4  # padded to 128
+    assert merge_rows_per_program(num_tokens=384, num_heads=32, head_size=256, sms=sms) == 2
+    assert merge_rows_per_program(num_tokens=128, num_heads=16, head_size=512, sms=sms) == 1  # MLA: the chunked kernel
