@@ -16,6 +16,7 @@ from hwtune.kernels.configs import (
     config_space,
     decode_block_m,
     default_config,
+    prefill_split_refinements,
     turboquant_config,
     workspace_size,
 )
@@ -299,3 +300,26 @@ def test_a_short_prefill_chunk_searches_more_kv_splits() -> None:
     assert all(6096 // c.num_splits >= 2 * c.block_n for c in more)
     long = config_space(max_query_len=4096, max_seq_len=8192, **shape)
     assert {c.num_splits for c in long} == {default_config(max_query_len=4096, max_seq_len=8192, **shape).num_splits}
+
+
+def test_a_short_prefill_chunk_refines_a_finalists_kv_splits() -> None:
+    """The second round of a prefill search: a finalist with powers of two and the one-, two- and three-deep
+    wave-filling split counts, each split at least two KV tiles; a chunk whose query tiles fill the SMs gets none."""
+    shape = dict(batch=1, gqa_group=4, num_sms=132, num_kv_heads=8)
+    tile = TritonAttnConfig(block_n=128, num_splits=3, num_warps=8, num_stages=3, block_m=128)
+    more = prefill_split_refinements(tile, max_query_len=96, max_seq_len=6096, **shape)
+    # 96 tokens x 4 heads a KV head = 3 tiles of 128 rows x 8 KV heads = 24 programs: 5, 11 and 16 fill the SMs;
+    # at most 6096 // 256 = 23 splits
+    assert [c.num_splits for c in more] == [2, 4, 5, 8, 11, 16]
+    assert all(dataclasses.replace(c, num_splits=3) == tile for c in more)
+    small_tiles = dataclasses.replace(tile, block_m=64, block_n=64)  # 48 programs: 2, 5 and 8 fill them
+    small = prefill_split_refinements(small_tiles, max_query_len=96, max_seq_len=6096, **shape)
+    assert [c.num_splits for c in small] == [2, 4, 5, 8, 16, 32]
+    assert prefill_split_refinements(tile, max_query_len=4096, max_seq_len=8192, **shape) == []
+
+
+def test_the_prefill_space_holds_a_64_row_tile_with_128_kv_positions() -> None:
+    """On an H100 (short_chunk_prefill_h100_2026-11-27.jsonl) 64 query rows with 128-token KV tiles were the fastest
+    tile for a 96-token chunk on 1500- and 30000-token prefixes."""
+    space = config_space(phase="prefill", head_size=128, batch=1, max_query_len=96, max_seq_len=1596, gqa_group=4)
+    assert any(c.block_m == 64 and c.block_n == 128 for c in space)

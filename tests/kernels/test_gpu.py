@@ -37,16 +37,17 @@ def _space_problem(phase: str, head_size: int) -> Problem:
     return Problem((1024, 3, 700), (3000, 3, 700), num_heads=32, num_kv_heads=8, head_size=head_size)
 
 
-def _assert_space_correct(phase: str, p: Problem) -> None:
+def _assert_space_correct(phase: str, p: Problem, *, refined: bool = False) -> None:
+    """Every config of the space is correct on this GPU (with ``refined``, also each one's second-round split counts,
+    ``configs.prefill_split_refinements``)."""
+    from hwtune.kernels.configs import prefill_split_refinements
     from hwtune.kernels.triton_attention import config_space
 
     t = build(p, "cuda")
     ref = paged_attention_ref(
         t["q"], t["kv"][:, 0], t["kv"][:, 1], t["block_table"], t["seq_lens"], t["qsl"], softmax_scale=p.head_size**-0.5
     )
-    space = config_space(
-        phase=phase,
-        head_size=p.head_size,
+    shape = dict(
         batch=len(p.q_lens),
         max_query_len=max(p.q_lens),
         max_seq_len=max(p.seq_lens),
@@ -54,6 +55,9 @@ def _assert_space_correct(phase: str, p: Problem) -> None:
         num_sms=torch.cuda.get_device_properties(0).multi_processor_count,
         num_kv_heads=8,
     )
+    space = config_space(phase=phase, head_size=p.head_size, **shape)
+    if refined:
+        space += [more for cfg in space for more in prefill_split_refinements(cfg, **shape)]
     failures = {}
     for cfg in space:
         out, lse = run_triton(replace(p, config=cfg.__dict__), t)
@@ -76,9 +80,10 @@ def test_every_config_in_the_search_space_is_correct(phase: str, head_size: int)
 @pytest.mark.slow
 def test_every_config_of_a_short_chunk_on_a_long_prefix_is_correct() -> None:
     """A 96-token chunk on 6000 cached tokens: the space adds auto's config with more KV splits (its query tiles
-    fill few SMs); each must be correct, the split prefill's merge included."""
+    fill few SMs), and the search's second round any config with other split counts; each must be correct, the split
+    prefill's merge (several rows a program: ``merge_rows_per_program``) included."""
     p = Problem((96,), (6096,), num_heads=32, num_kv_heads=8, head_size=128)
-    _assert_space_correct("prefill", p)
+    _assert_space_correct("prefill", p, refined=True)
 
 
 @pytest.mark.slow

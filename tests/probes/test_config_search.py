@@ -147,3 +147,47 @@ def test_the_mla_search_launches_what_the_run_launches(monkeypatch: pytest.Monke
     cfg = default_mla_config(num_heads=16, max_query_len=1, batch=4, max_seq_len=3000, sms=132)
     got = _searched_lse(runner, lambda: runner._search(p, [cfg, cfg]), monkeypatch)
     assert len(got) == 2 and all(lse is runner.lse for lse in got)
+
+
+def test_a_short_prefill_chunk_search_refines_its_two_fastest_configs_kv_splits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A prefill whose query tiles fill few SMs gets a second round: the first round's winner, then its two fastest
+    finalists with other KV split counts (``configs.prefill_split_refinements``); the second round's fastest is run.
+    A decode, and a prefill whose tiles fill the SMs, get none."""
+    pytest.importorskip("triton")
+    from hwtune.kernels import configs
+    from hwtune.probes.attention.candidates.triton_attn import TritonAttnRunner
+
+    rounds: list[list] = []
+
+    def fastest(space, call, like):  # noqa: ANN001, ANN202 - config_search.fastest_config with the GPU stood in
+        rounds.append(list(space))
+        if len(rounds) == 1:  # finalists: space[3] fastest, then auto (space[0]), then space[5]
+            timed = {space[0].name(): 5.0, space[3].name(): 4.0, space[5].name(): 6.0}
+            return space[0], {"searched": len(space), "screened_us": {}, "searched_us": timed, "rejected_configs": []}
+        return space[2], {"searched_us": {c.name(): 1.0 for c in space}, "rejected_configs": ["x: refused"]}
+
+    monkeypatch.setattr(config_search, "fastest_config", fastest)
+    runner = TritonAttnRunner("tuned")
+    runner.out, runner.lse = torch.zeros(96, 32, 128), torch.zeros(96, 32)
+    p = SimpleNamespace(q=torch.zeros(96, 32, 128))
+    shape = dict(phase="prefill", batch=1, max_query_len=96, max_seq_len=6096, head_size=128, gqa_group=4,
+                 num_sms=132, num_kv_heads=8, kv_cache_bytes=2)  # fmt: skip
+    monkeypatch.setattr(runner, "_shape_args", lambda _p: shape)
+    best = runner._search(p)
+    first = rounds[0]
+    tiles = {k: v for k, v in shape.items() if k not in ("phase", "head_size", "kv_cache_bytes")}
+    want = [
+        *configs.prefill_split_refinements(first[3], **tiles),
+        *configs.prefill_split_refinements(first[0], **tiles),
+    ]
+    assert want and rounds[1] == [first[0], *want]
+    assert best == rounds[1][2]
+    assert runner.extra["searched"] == len(first) + len(want) and runner.extra["rejected_configs"] == ["x: refused"]
+
+    for other in (dict(shape, phase="decode", max_query_len=1), dict(shape, max_query_len=4096, max_seq_len=8192)):
+        rounds.clear()
+        monkeypatch.setattr(runner, "_shape_args", lambda _p, s=other: s)
+        runner._search(SimpleNamespace(q=torch.zeros(4, 32, 128)))
+        assert len(rounds) == 1

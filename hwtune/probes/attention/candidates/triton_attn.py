@@ -2,7 +2,8 @@
 
 Tactic ``auto`` runs the heuristic config; ``tuned`` searches the config space on this very workload when
 first planned (each config's output must match the auto config's before it may be timed, and the search
-time counts as compile time), then runs the fastest. The chosen config's name is kept in the record.
+time counts as compile time), then runs the fastest. A prefill with few query tiles gets a second round: the first
+round's two fastest configs with other KV split counts. The chosen config's name is kept in the record.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import torch
 from hwtune.core.types import AttentionWorkload
 from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported, triton_gpu_unavailable
 from hwtune.probes.attention.problem import AttentionProblem
+
+#: First-round finalists of a prefill search whose KV split counts the second round tries.
+REFINED_FINALISTS = 2
 
 
 def _kernels():  # noqa: ANN202 - module
@@ -97,16 +101,32 @@ class TritonAttnRunner(Runner):
         self.extra["config"] = self.config.name()
 
     def _search(self, p: AttentionProblem) -> object:
-        """The fastest config of the space under the probe's own timing (``config_search.fastest_config``)."""
+        """The fastest config of the space under the probe's own timing (``config_search.fastest_config``), then, for a
+        prefill with few query tiles, of the two fastest configs with other KV split counts
+        (``configs.prefill_split_refinements``), the first round's winner first."""
         from hwtune.probes.attention.candidates.config_search import fastest_config
 
         assert self.out is not None
-        space = self.configs.config_space(**self._shape_args(p))
+        shape = self._shape_args(p)
+        space = self.configs.config_space(**shape)
         self.workspace = self._workspace(p, space)
         # the search launches what run() launches (the LSE written too: without it the kernel is another compiled
         # variant, which on an H100 ran one-split decode configs 10-12 % faster than run() then did)
         best, seen = fastest_config(space, lambda cfg, out: self._call(p, cfg, out, self.lse), self.out)
         self.extra.update(seen)
+        if self.configs.is_decode_shape(shape["max_query_len"]):
+            return best
+        by_name = {cfg.name(): cfg for cfg in space}
+        finalists = sorted(seen["searched_us"], key=seen["searched_us"].__getitem__)[:REFINED_FINALISTS]
+        tiles = {k: v for k, v in shape.items() if k not in ("phase", "head_size", "kv_cache_bytes")}
+        more = [c for name in finalists for c in self.configs.prefill_split_refinements(by_name[name], **tiles)]
+        if not more:
+            return best
+        self.workspace = self._workspace(p, [*space, *more])
+        best, refined = fastest_config([best, *more], lambda cfg, out: self._call(p, cfg, out, self.lse), self.out)
+        self.extra["refined_us"] = refined["searched_us"]
+        self.extra["searched"] = int(seen["searched"]) + len(more)
+        self.extra["rejected_configs"] = [*seen["rejected_configs"], *refined["rejected_configs"]]
         return best
 
     def run(self) -> None:
