@@ -12,7 +12,6 @@ and LSE against a torch logsumexp merge. One JSON line per (shape, rows per prog
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 from mla_decode_gap import graph_us  # noqa: E402
+from probe_jobs import emit  # noqa: E402
 
 from hwtune.kernels import split_kv  # noqa: E402
 from hwtune.kernels.configs import next_pow2  # noqa: E402
@@ -60,15 +60,11 @@ def main() -> None:
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
+    out = args.out.open("a") if args.out else None
     for tokens, heads, head, splits in SHAPES:
         for rows in (1, 2, 4, 8, 16, 32):
-            if rows * next_pow2(head) > 2 * split_kv.MERGE_TILE:
-                continue
-            line = json.dumps(case(tokens, heads, head, splits, rows))
-            print(line, flush=True)
-            if args.out:
-                with args.out.open("a") as sink:
-                    sink.write(line + "\n")
+            if rows * next_pow2(head) <= 2 * split_kv.MERGE_TILE:
+                emit(case(tokens, heads, head, splits, rows), out)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ The heuristic's reasoning, for an H100 (132 SMs):
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable, Iterable
 
 MAX_DECODE_QUERY_LEN = 16
 """Requests with at most this many new tokens use the decode-style launch (all query rows of a request in
@@ -338,19 +339,36 @@ def _more_prefill_splits(
     num_sms: int,
     num_kv_heads: int | None,
 ) -> list[TritonAttnConfig]:
-    """Auto's prefill config with 2, 4, 8 and 16 times its KV splits (at least 2 KV tiles a split, at most MAX_SPLITS),
-    where its query tiles give fewer programs than SMs; none otherwise."""
-    programs = _query_tile_programs(auto.block_m or 128, batch, max_query_len, gqa_group, num_kv_heads)
+    """Auto's prefill config with 2, 4, 8 and 16 times its KV splits (``_with_splits``)."""
+    s = auto.num_splits or 1
+    return _with_splits(
+        auto, lambda programs: [k * s for k in (2, 4, 8, 16)], batch=batch, max_query_len=max_query_len,
+        max_seq_len=max_seq_len, gqa_group=gqa_group, num_sms=num_sms, num_kv_heads=num_kv_heads,
+    )  # fmt: skip
+
+
+def _with_splits(
+    config: TritonAttnConfig,
+    counts: Callable[[int], Iterable[int]],
+    *,
+    batch: int,
+    max_query_len: int,
+    max_seq_len: int,
+    gqa_group: int,
+    num_sms: int,
+    num_kv_heads: int | None,
+) -> list[TritonAttnConfig]:
+    """``config`` with each KV split count ``counts(programs)`` proposes (``programs``: its query tiles x KV heads),
+    where those programs are fewer than SMs (a short chunk, often on a long prefix), in increasing order, each split
+    at least two KV tiles, at most ``MAX_SPLITS``, ``config``'s own count left out; none where the programs fill the
+    SMs."""
+    block_m = config.block_m or 128
+    programs = batch * (num_kv_heads or 1) * cdiv(max(1, max_query_len), max(1, block_m // gqa_group))
     if programs >= num_sms:
         return []
-    s = auto.num_splits or 1
-    most = min(MAX_SPLITS, max(1, max_seq_len // (2 * auto.block_n)))
-    return [replace(auto, num_splits=k * s) for k in (2, 4, 8, 16) if k * s <= most]
-
-
-def _query_tile_programs(block_m: int, batch: int, max_query_len: int, gqa_group: int, num_kv_heads: int | None) -> int:
-    """Programs of a prefill-style launch before its KV splits: query tiles of ``block_m`` rows x KV heads."""
-    return batch * (num_kv_heads or 1) * cdiv(max(1, max_query_len), max(1, block_m // gqa_group))
+    most = min(MAX_SPLITS, max(1, max_seq_len // (2 * config.block_n)))
+    wanted = sorted({n for n in counts(programs) if 2 <= n <= most and n != config.num_splits})
+    return [replace(config, num_splits=n) for n in wanted]
 
 
 def prefill_split_refinements(
@@ -364,19 +382,17 @@ def prefill_split_refinements(
     num_kv_heads: int | None,
 ) -> list[TritonAttnConfig]:
     """The second round of a prefill search: ``config`` (a first-round finalist) with other KV split counts, where its
-    query tiles give fewer programs than SMs (a short chunk, often on a long prefix); none otherwise. Counts: powers of
-    two from 2 and the counts that fill the SMs one, two and three programs deep (``num_sms // programs`` x 1..3), each
-    split at least two KV tiles. WHY: with few query tiles the best split count is set by how the programs fall into
-    waves, which depends on the tile (its occupancy) as much as on the shape; on an H100 (2026-11-27,
+    query tiles give fewer programs than SMs (a short chunk, often on a long prefix); none otherwise (``_with_splits``).
+    Counts: powers of two from 2 and the counts that fill the SMs one, two and three programs deep (``num_sms //
+    programs`` x 1..3). WHY: with few query tiles the best split count is set by how the programs fall into waves,
+    which depends on the tile (its occupancy) as much as on the shape; on an H100 (2026-11-27,
     benchmarks/results/experiments/short_chunk_prefill_h100_2026-11-27.jsonl, Llama-3.1-8B, a 96-token chunk) the
     fastest split count was 2 to 16 depending on the tile and prefix, up to 1.3x faster than the first round's."""
-    block_m = config.block_m or 128
-    programs = _query_tile_programs(block_m, batch, max_query_len, gqa_group, num_kv_heads)
-    if programs >= num_sms:
-        return []
-    most = min(MAX_SPLITS, max(1, max_seq_len // (2 * config.block_n)))
-    counts = {1 << k for k in range(1, 7)} | {d * num_sms // programs for d in (1, 2, 3)}
-    return [replace(config, num_splits=n) for n in sorted(counts) if 2 <= n <= most and n != config.num_splits]
+    return _with_splits(
+        config, lambda programs: [1 << k for k in range(1, 7)] + [d * num_sms // programs for d in (1, 2, 3)],
+        batch=batch, max_query_len=max_query_len, max_seq_len=max_seq_len, gqa_group=gqa_group, num_sms=num_sms,
+        num_kv_heads=num_kv_heads,
+    )  # fmt: skip
 
 
 #: int32 arrival counters at the head of every split-KV workspace (``split_kv.merge_if_last``): a decode launch whose
