@@ -41,7 +41,7 @@ LN2 = 0.6931471805599453
 #: serves every later workload: on an H100 (2026-11-27) the ``tuned`` search of the paged-attention kernel took 0.4-2.4
 #: s per decode workload instead of 1-24 s, the chosen configs within 2 % of the specialised kernels' times
 #: (``benchmarks/experiments/triton_specialization.py``; the MLA kernel's times were not compared).
-WORKLOAD_INTS = ["batch", "num_splits", "n_qt", "stride_bt", "stride_ps"]
+WORKLOAD_INTS = ["batch", "num_splits", "n_qt", "stride_bt", "stride_ps", "num_rows"]
 
 
 def jit_workload_generic(fn):  # noqa: ANN001, ANN201 - a kernel function in, a Triton JIT function out

@@ -120,8 +120,13 @@ def _prefill_splits(
     *, block_m: int, batch: int, kv_heads: int, max_query_len: int, max_seq_len: int, gqa_group: int, num_sms: int
 ) -> int:
     """KV splits of a prefill-style launch whose query tiles hold ``block_m`` rows."""
-    programs = batch * kv_heads * cdiv(max_query_len, max(1, block_m // gqa_group))
+    programs = _query_tile_programs(block_m, batch, kv_heads, max_query_len, gqa_group)
     return choose_num_splits(programs=programs, max_seq_len=max_seq_len, num_sms=num_sms, decode=False)
+
+
+def _query_tile_programs(block_m: int, batch: int, kv_heads: int, max_query_len: int, gqa_group: int) -> int:
+    """Programs of a prefill-style launch before its KV splits: query tiles of ``block_m`` rows x KV heads."""
+    return batch * kv_heads * cdiv(max(1, max_query_len), max(1, block_m // gqa_group))
 
 
 def _big_tile_decode_splits(*, programs: int, max_seq_len: int, num_sms: int, block_n: int) -> int:
@@ -277,10 +282,10 @@ def config_space(
     """Configs the "tuned" tactic searches for one workload; the "auto" config comes first, no duplicates.
 
     Decode: KV tile x warps x stages x {half, auto, double} splits (36 or fewer). Prefill: (query tile,
-    KV tile) pairs x warps x stages (24 or fewer), and where the query tiles alone give fewer programs than SMs (a
+    KV tile) pairs x warps x stages (30 or fewer), and where the query tiles alone give fewer programs than SMs (a
     short chunk, often on a long prefix), auto's config with 2, 4, 8 and 16 times its splits (each split at least 2
-    KV tiles): the auto rule keeps 2048 tokens a split, which leaves most SMs idle under a 96-token chunk. Every config
-    here runs correctly; only speed differs.
+    KV tiles): the auto rule keeps 2048 tokens a split, which leaves most SMs idle under a 96-token chunk. Such a
+    search has a second round (``prefill_split_refinements``). Every config here runs correctly; only speed differs.
     """
     auto = default_config(
         phase=phase,
@@ -362,8 +367,7 @@ def _with_splits(
     where those programs are fewer than SMs (a short chunk, often on a long prefix), in increasing order, each split
     at least two KV tiles, at most ``MAX_SPLITS``, ``config``'s own count left out; none where the programs fill the
     SMs."""
-    block_m = config.block_m or 128
-    programs = batch * (num_kv_heads or 1) * cdiv(max(1, max_query_len), max(1, block_m // gqa_group))
+    programs = _query_tile_programs(config.block_m or 128, batch, num_kv_heads or 1, max_query_len, gqa_group)
     if programs >= num_sms:
         return []
     most = min(MAX_SPLITS, max(1, max_seq_len // (2 * config.block_n)))
@@ -383,8 +387,8 @@ def prefill_split_refinements(
 ) -> list[TritonAttnConfig]:
     """The second round of a prefill search: ``config`` (a first-round finalist) with other KV split counts, where its
     query tiles give fewer programs than SMs (a short chunk, often on a long prefix); none otherwise (``_with_splits``).
-    Counts: powers of two from 2 and the counts that fill the SMs one, two and three programs deep (``num_sms //
-    programs`` x 1..3). WHY: with few query tiles the best split count is set by how the programs fall into waves,
+    Counts: powers of two from 2 and the counts that fill the SMs one, two and three programs deep (``d * num_sms //
+    programs``, d = 1..3). WHY: with few query tiles the best split count is set by how the programs fall into waves,
     which depends on the tile (its occupancy) as much as on the shape; on an H100 (2026-11-27,
     benchmarks/results/experiments/short_chunk_prefill_h100_2026-11-27.jsonl, Llama-3.1-8B, a 96-token chunk) the
     fastest split count was 2 to 16 depending on the tile and prefix, up to 1.3x faster than the first round's."""

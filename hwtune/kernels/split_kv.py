@@ -123,8 +123,9 @@ def _merge_rows(
     WRITE_LSE: tl.constexpr,
 ):
     """Merge every split of ``BLOCK_R`` (token, head) rows, one split at a time (``[BLOCK_R, BLOCK_D]`` partials a
-    step), and store the rows' output (and LSE). Partials are loaded past L1 (``.cg``): another launch's loads of the
-    same addresses could have filled it. Splits that saw no KV stored LSE -inf and weigh zero."""
+    step), and store the rows' output (and LSE). Partials are loaded past L1 (``.cg``): inside the attention kernel
+    (``merge_if_last``) another launch's loads of the same addresses could have filled it; the merge kernel reads each
+    once, so it loses nothing. Splits that saw no KV stored LSE -inf and weigh zero."""
     base = rows_tok.to(tl.int64) * stride_pt + rows_head * stride_ph
     mask = row_ok[:, None] & d_ok[None, :]
     m = tl.full([BLOCK_R], float("-inf"), tl.float32)
@@ -294,8 +295,9 @@ def merge_rows_per_program(num_tokens: int, num_heads: int, head_size: int, sms:
     Measured on an H100 (2026-11-27, benchmarks/results/experiments/merge_rows_h100_2026-11-27.jsonl, one call replayed
     from a CUDA graph): head 128, 3072 rows (a 96-token chunk, 32 heads) x 4-16 splits went from 10.5-13.2 us to
     3.9-9.3 with 4 rows a program, 12288 rows x 3 splits from 36.2 to 8.0, 32768 x 2 from 34.6 to 17.3, and a decode
-    batch of 128 x 32 heads x 8 splits from 14.3 to 6.2; 8 rows were within 10 % of 4 where they were faster. Below
-    1024 rows, and for head 512 (DeepSeek-V3 MLA, 128-2048 rows), one row a program was as fast or faster."""
+    batch of 128 x 32 heads x 8 splits from 14.3 to 6.2; 8 rows were within 10 % of 4 where they were faster. At
+    768 rows (under 8 a SM) and for head 512 (DeepSeek-V3 MLA, 128-2048 rows), one row a program was as fast or faster
+    (1024 rows: 5.0 us with one, 3.6 with 8; kept at one)."""
     if num_tokens * num_heads < MERGE_ROWS_FROM_PROGRAMS_PER_SM * sms:
         return 1
     return max(1, MERGE_ROW_STEP // next_pow2(head_size))
@@ -334,6 +336,8 @@ def merge_splits(
     splits, num_tokens, num_heads, head_size = part_o.shape
     lse_arg = lse if lse is not None else part_lse
     sms = num_sms(out.device)
+    if rows_per_program is not None and (rows_per_program < 1 or rows_per_program & (rows_per_program - 1)):
+        raise ValueError(f"rows_per_program must be a power of two >= 1, got {rows_per_program}")
     rows = rows_per_program or merge_rows_per_program(num_tokens, num_heads, head_size, sms)
     strides = (part_lse.stride(0), part_lse.stride(1), part_lse.stride(2), out.stride(0), out.stride(1))
     strides += (lse_arg.stride(0), lse_arg.stride(1))

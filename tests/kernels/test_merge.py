@@ -43,7 +43,18 @@ def case(splits, tokens, heads, head, dtype, with_lse, seed, sms, rows=None):
     qsl = torch.tensor([0, 1, batch_tokens], dtype=torch.int32)
     out = torch.full((tokens, heads, head), 7.0, dtype=dtype)
     lse = torch.full((tokens, heads), 7.0) if with_lse else None
-    split_kv.merge_splits(part_o, part_lse, out, lse, qsl, 2, rows_per_program=rows)
+    launched, real = [], split_kv._merge_rows_kernel
+
+    class Counting:  # which merge kernel ran: the rows kernel's launches are counted
+        def __getitem__(self, grid):
+            launched.append(grid)
+            return real[grid]
+
+    split_kv._merge_rows_kernel = Counting()
+    try:
+        split_kv.merge_splits(part_o, part_lse, out, lse, qsl, 2, rows_per_program=rows)
+    finally:
+        split_kv._merge_rows_kernel = real
     w = torch.softmax(part_lse, 0).nan_to_num(0.0)
     ref = (w[..., None] * part_o.float().nan_to_num(0.0)).sum(0)
     ref_lse = torch.logsumexp(part_lse, 0)
@@ -56,6 +67,7 @@ def case(splits, tokens, heads, head, dtype, with_lse, seed, sms, rows=None):
         and (not with_lse or bool((lse[batch_tokens:] == 7.0).all())),
         "empty_row_zero": bool((out[1, heads - 1] == 0).all()),
         "empty_lse_inf": (not with_lse) or bool(lse[1, heads - 1] == float("-inf")),
+        "rows_kernel": bool(launched),
     }
 
 print(json.dumps({
@@ -81,22 +93,23 @@ def results() -> dict:
 
 
 @pytest.mark.parametrize(
-    ("case", "tol"),
+    ("case", "tol", "rows_kernel"),
     [
-        ("f32_70_splits_d512", 1e-5),
-        ("f32_70_splits_d512_sliced", 1e-5),
-        ("bf16_5_splits_d96_sliced", 2e-2),
-        ("f32_33_splits_d200_no_lse_sliced", 1e-5),
-        ("f32_9_splits_d128_rows4", 1e-5),
-        ("bf16_3_splits_d96_rows2_no_lse", 2e-2),
-        ("f32_5_splits_d128_rows_by_rule", 1e-5),
+        ("f32_70_splits_d512", 1e-5, False),
+        ("f32_70_splits_d512_sliced", 1e-5, False),
+        ("bf16_5_splits_d96_sliced", 2e-2, False),
+        ("f32_33_splits_d200_no_lse_sliced", 1e-5, False),
+        ("f32_9_splits_d128_rows4", 1e-5, True),
+        ("bf16_3_splits_d96_rows2_no_lse", 2e-2, True),
+        ("f32_5_splits_d128_rows_by_rule", 1e-5, True),
     ],
 )
-def test_merge_matches_a_logsumexp_merge(case: str, tol: float, results: dict) -> None:
+def test_merge_matches_a_logsumexp_merge(case: str, tol: float, rows_kernel: bool, results: dict) -> None:
     r = results[case]
     assert r["err"] <= tol, r
     assert r["lse_err"] <= 1e-4, r
     assert r["padding_untouched"] and r["empty_row_zero"] and r["empty_lse_inf"], r
+    assert r["rows_kernel"] == rows_kernel, r  # the kernel under test ran (several rows a program, or one)
 
 
 def test_heads_are_sliced_only_while_the_token_head_programs_leave_sms_idle() -> None:

@@ -14,7 +14,12 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.mark.parametrize(
     "kernel",
-    [triton_attention._paged_attn_kernel, triton_mla._mla_decode_kernel, split_kv._merge_kernel],
+    [
+        triton_attention._paged_attn_kernel,
+        triton_mla._mla_decode_kernel,
+        split_kv._merge_kernel,
+        split_kv._merge_rows_kernel,
+    ],
     ids=lambda k: k.__name__,
 )
 def test_workload_integers_are_not_specialised(kernel) -> None:  # noqa: ANN001 - a Triton JITFunction
@@ -25,6 +30,15 @@ def test_workload_integers_are_not_specialised(kernel) -> None:  # noqa: ANN001 
 
 def test_every_workload_integer_names_a_kernel_argument() -> None:
     used = set()
-    for k in (triton_attention._paged_attn_kernel, triton_mla._mla_decode_kernel, split_kv._merge_kernel):
+    kernels = (triton_attention._paged_attn_kernel, triton_mla._mla_decode_kernel, split_kv._merge_kernel,
+               split_kv._merge_rows_kernel)  # fmt: skip
+    for k in kernels:
         used |= {p.name for p in k.params}
     assert set(_common.WORKLOAD_INTS) <= used
+
+
+def test_the_row_merges_row_count_follows_the_batch_unspecialised() -> None:
+    """``_merge_rows_kernel``'s ``num_rows`` (tokens x heads) changes with every batch: specialising on it (divisible
+    by 16 or not) would compile the merge again for odd and even token counts."""
+    generic = {p.name for p in split_kv._merge_rows_kernel.params if p.do_not_specialize}
+    assert {"batch", "num_splits", "num_rows"} <= generic

@@ -4,6 +4,7 @@ are timed through a captured graph (the probe's own timing), and the fastest by 
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -149,12 +150,13 @@ def test_the_mla_search_launches_what_the_run_launches(monkeypatch: pytest.Monke
     assert len(got) == 2 and all(lse is runner.lse for lse in got)
 
 
-def test_a_short_prefill_chunk_search_refines_its_two_fastest_configs_kv_splits(
+def test_a_short_prefill_chunk_search_refines_its_two_fastest_tiles_kv_splits(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A prefill whose query tiles fill few SMs gets a second round: the first round's winner, then its two fastest
-    finalists with other KV split counts (``configs.prefill_split_refinements``); the second round's fastest is run.
-    A decode, and a prefill whose tiles fill the SMs, get none."""
+    """A prefill whose query tiles fill few SMs gets a second round: auto (the reference) and the first round's
+    winner, then the fastest configs of two distinct tiles with other KV split counts
+    (``configs.prefill_split_refinements``), none twice and none the first round searched; the second round's fastest
+    is run. A decode, and a prefill whose tiles fill the SMs, get none."""
     pytest.importorskip("triton")
     from hwtune.kernels import configs
     from hwtune.probes.attention.candidates.triton_attn import TritonAttnRunner
@@ -163,10 +165,13 @@ def test_a_short_prefill_chunk_search_refines_its_two_fastest_configs_kv_splits(
 
     def fastest(space, call, like):  # noqa: ANN001, ANN202 - config_search.fastest_config with the GPU stood in
         rounds.append(list(space))
-        if len(rounds) == 1:  # finalists: space[3] fastest, then auto (space[0]), then space[5]
-            timed = {space[0].name(): 5.0, space[3].name(): 4.0, space[5].name(): 6.0}
-            return space[0], {"searched": len(space), "screened_us": {}, "searched_us": timed, "rejected_configs": []}
-        return space[2], {"searched_us": {c.name(): 1.0 for c in space}, "rejected_configs": ["x: refused"]}
+        if len(rounds) > 1:
+            return space[2], {"searched_us": {c.name(): 1.0 for c in space}, "rejected_configs": ["x: refused"]}
+        # auto's tile with more splits fastest, then auto itself (the same tile), then another tile
+        same_tile = [c for c in space[1:] if dataclasses.replace(c, num_splits=space[0].num_splits) == space[0]]
+        other = space[5]
+        timed = {c.name(): 4.0 for c in same_tile[:1]} | {space[0].name(): 5.0, other.name(): 6.0}
+        return other, {"searched": len(space), "screened_us": {}, "searched_us": timed, "rejected_configs": []}
 
     monkeypatch.setattr(config_search, "fastest_config", fastest)
     runner = TritonAttnRunner("tuned")
@@ -176,18 +181,22 @@ def test_a_short_prefill_chunk_search_refines_its_two_fastest_configs_kv_splits(
                  num_sms=132, num_kv_heads=8, kv_cache_bytes=2)  # fmt: skip
     monkeypatch.setattr(runner, "_shape_args", lambda _p: shape)
     best = runner._search(p)
-    first = rounds[0]
+    first, second = rounds
+    auto, other = first[0], first[5]
+    more_splits = next(c for c in first[1:] if dataclasses.replace(c, num_splits=auto.num_splits) == auto)
     tiles = {k: v for k, v in shape.items() if k not in ("phase", "head_size", "kv_cache_bytes")}
-    want = [
-        *configs.prefill_split_refinements(first[3], **tiles),
-        *configs.prefill_split_refinements(first[0], **tiles),
-    ]
-    assert want and rounds[1] == [first[0], *want]
-    assert best == rounds[1][2]
+    want = configs.prefill_split_refinements(more_splits, **tiles) + configs.prefill_split_refinements(other, **tiles)
+    want = [c for c in dict.fromkeys(want) if c not in first]
+    assert want and second == [auto, other, *want]
+    assert len(set(second)) == len(second)
+    assert best == second[2]
     assert runner.extra["searched"] == len(first) + len(want) and runner.extra["rejected_configs"] == ["x: refused"]
 
-    for other in (dict(shape, phase="decode", max_query_len=1), dict(shape, max_query_len=4096, max_seq_len=8192)):
+    for other_shape in (
+        dict(shape, phase="decode", max_query_len=1),
+        dict(shape, max_query_len=4096, max_seq_len=8192),
+    ):
         rounds.clear()
-        monkeypatch.setattr(runner, "_shape_args", lambda _p, s=other: s)
+        monkeypatch.setattr(runner, "_shape_args", lambda _p, s=other_shape: s)
         runner._search(SimpleNamespace(q=torch.zeros(4, 32, 128)))
         assert len(rounds) == 1

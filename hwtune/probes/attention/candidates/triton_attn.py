@@ -3,10 +3,13 @@
 Tactic ``auto`` runs the heuristic config; ``tuned`` searches the config space on this very workload when
 first planned (each config's output must match the auto config's before it may be timed, and the search
 time counts as compile time), then runs the fastest. A prefill with few query tiles gets a second round: the first
-round's two fastest configs with other KV split counts. The chosen config's name is kept in the record.
+round's fastest configs of two distinct tiles with other KV split counts. The chosen config's name is kept in the
+record.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
@@ -98,12 +101,14 @@ class TritonAttnRunner(Runner):
             self.workspace = self._workspace(p, [self.config])
         else:
             self.config = self._search(p)
+            self.workspace = self._workspace(p, [self.config])  # sized for the chosen config, not the search's largest
         self.extra["config"] = self.config.name()
 
     def _search(self, p: AttentionProblem) -> object:
         """The fastest config of the space under the probe's own timing (``config_search.fastest_config``), then, for a
-        prefill with few query tiles, of the two fastest configs with other KV split counts
-        (``configs.prefill_split_refinements``), the first round's winner first."""
+        prefill with few query tiles, a second round: the first round's fastest configs of ``REFINED_FINALISTS``
+        distinct tiles with other KV split counts (``configs.prefill_split_refinements``), beside auto (the reference
+        every output must match) and the first round's winner."""
         from hwtune.probes.attention.candidates.config_search import fastest_config
 
         assert self.out is not None
@@ -114,20 +119,32 @@ class TritonAttnRunner(Runner):
         # variant, which on an H100 ran one-split decode configs 10-12 % faster than run() then did)
         best, seen = fastest_config(space, lambda cfg, out: self._call(p, cfg, out, self.lse), self.out)
         self.extra.update(seen)
-        if self.configs.is_decode_shape(shape["max_query_len"]):
-            return best
-        by_name = {cfg.name(): cfg for cfg in space}
-        finalists = sorted(seen["searched_us"], key=seen["searched_us"].__getitem__)[:REFINED_FINALISTS]
-        tiles = {k: v for k, v in shape.items() if k not in ("phase", "head_size", "kv_cache_bytes")}
-        more = [c for name in finalists for c in self.configs.prefill_split_refinements(by_name[name], **tiles)]
+        more = self._refinements(space, seen, shape)
         if not more:
             return best
-        self.workspace = self._workspace(p, [*space, *more])
-        best, refined = fastest_config([best, *more], lambda cfg, out: self._call(p, cfg, out, self.lse), self.out)
+        second = list(dict.fromkeys([space[0], best, *more]))  # auto first: the reference and the incumbent
+        self.workspace = self._workspace(p, second)
+        best, refined = fastest_config(second, lambda cfg, out: self._call(p, cfg, out, self.lse), self.out)
         self.extra["refined_us"] = refined["searched_us"]
         self.extra["searched"] = int(seen["searched"]) + len(more)
         self.extra["rejected_configs"] = [*seen["rejected_configs"], *refined["rejected_configs"]]
         return best
+
+    def _refinements(self, space: list, seen: dict[str, object], shape: dict[str, object]) -> list:
+        """Second-round configs of a prefill (none for a decode): the split variants of the first round's fastest
+        timed configs (``seen["searched_us"]``) of ``REFINED_FINALISTS`` distinct tiles (a tile: a config but for its
+        split count), none of them a config the first round searched."""
+        if self.configs.is_decode_shape(shape["max_query_len"]):
+            return []
+        timed_us = seen["searched_us"]
+        by_name = {cfg.name(): cfg for cfg in space}
+        tiles: dict[object, object] = {}
+        for name in sorted(timed_us, key=timed_us.__getitem__):
+            tiles.setdefault(dataclasses.replace(by_name[name], num_splits=None), by_name[name])
+        args = {k: v for k, v in shape.items() if k not in ("phase", "head_size", "kv_cache_bytes")}
+        finalists = list(tiles.values())[:REFINED_FINALISTS]
+        more = [c for cfg in finalists for c in self.configs.prefill_split_refinements(cfg, **args)]
+        return [c for c in dict.fromkeys(more) if c not in by_name.values()]
 
     def run(self) -> None:
         p = self.problem
