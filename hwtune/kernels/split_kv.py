@@ -20,7 +20,7 @@ MERGE_MIN_D = 64
 MERGE_TILE = 4096
 #: (token, head) rows per SM below which the merge keeps one row per program, and the partials' elements a merge
 #: program loads a step above it (``merge_rows_per_program``).
-MERGE_ROWS_FROM_PROGRAMS_PER_SM = 8
+MERGE_MANY_ROWS_PER_SM = 8
 MERGE_ROW_STEP = 512
 
 
@@ -288,7 +288,7 @@ def split_buffers(
 
 def merge_rows_per_program(num_tokens: int, num_heads: int, head_size: int, sms: int) -> int:
     """(token, head) rows one merge program combines: 1 (``_merge_kernel``: a row, or a slice of one, per program, its
-    splits a chunk at a time) below ``MERGE_ROWS_FROM_PROGRAMS_PER_SM`` rows per SM; from there (a prefill's split
+    splits a chunk at a time) below ``MERGE_MANY_ROWS_PER_SM`` rows per SM; from there (a prefill's split
     launch, a large decode batch) as many rows as make ``MERGE_ROW_STEP`` elements of partials a step (4 of head 128; 1
     of head 512, where the chunked kernel stays faster).
 
@@ -298,7 +298,7 @@ def merge_rows_per_program(num_tokens: int, num_heads: int, head_size: int, sms:
     batch of 128 x 32 heads x 8 splits from 14.3 to 6.2; 8 rows were within 10 % of 4 where they were faster. At
     768 rows (under 8 a SM) and for head 512 (DeepSeek-V3 MLA, 128-2048 rows), one row a program was as fast or faster
     (1024 rows: 5.0 us with one, 3.6 with 8; kept at one)."""
-    if num_tokens * num_heads < MERGE_ROWS_FROM_PROGRAMS_PER_SM * sms:
+    if num_tokens * num_heads < MERGE_MANY_ROWS_PER_SM * sms:
         return 1
     return max(1, MERGE_ROW_STEP // next_pow2(head_size))
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from hwtune.kernels.split_kv import (
+    MERGE_MANY_ROWS_PER_SM,
     MERGE_MIN_D,
     MERGE_ROW_STEP,
-    MERGE_ROWS_FROM_PROGRAMS_PER_SM,
     merge_block_d,
     merge_rows_per_program,
 )
@@ -121,7 +121,7 @@ def test_heads_are_sliced_only_while_the_token_head_programs_leave_sms_idle() ->
 
 
 def test_merge_programs_take_several_rows_only_where_rows_are_plentiful() -> None:
-    sms, per_sm = 132, MERGE_ROWS_FROM_PROGRAMS_PER_SM
+    sms, per_sm = 132, MERGE_MANY_ROWS_PER_SM
     assert merge_rows_per_program(num_tokens=96, num_heads=8, head_size=128, sms=sms) == 1  # 768 rows: too few
     assert merge_rows_per_program(num_tokens=per_sm * sms, num_heads=1, head_size=128, sms=sms) == MERGE_ROW_STEP // 128
     assert merge_rows_per_program(num_tokens=96, num_heads=32, head_size=128, sms=sms) == 4  # a chunk's 3072 rows
