@@ -325,7 +325,11 @@ def config_space(
                             block_n=bn, num_splits=auto.num_splits, num_warps=warps, num_stages=stages, block_m=bm
                         )
                     )
-        out += _more_prefill_splits(auto, batch, max_query_len, max_seq_len, gqa_group, num_sms, num_kv_heads)
+        s = auto.num_splits or 1  # auto's config with 2-16x its splits, where its query tiles leave SMs idle
+        out += _with_splits(
+            auto, lambda _programs: [k * s for k in (2, 4, 8, 16)], batch=batch, max_query_len=max_query_len,
+            max_seq_len=max_seq_len, gqa_group=gqa_group, num_sms=num_sms, num_kv_heads=num_kv_heads,
+        )  # fmt: skip
     seen: set[TritonAttnConfig] = set()
     unique = []
     for cfg in out:
@@ -333,23 +337,6 @@ def config_space(
             seen.add(cfg)
             unique.append(cfg)
     return unique
-
-
-def _more_prefill_splits(
-    auto: TritonAttnConfig,
-    batch: int,
-    max_query_len: int,
-    max_seq_len: int,
-    gqa_group: int,
-    num_sms: int,
-    num_kv_heads: int | None,
-) -> list[TritonAttnConfig]:
-    """Auto's prefill config with 2, 4, 8 and 16 times its KV splits (``_with_splits``)."""
-    s = auto.num_splits or 1
-    return _with_splits(
-        auto, lambda programs: [k * s for k in (2, 4, 8, 16)], batch=batch, max_query_len=max_query_len,
-        max_seq_len=max_seq_len, gqa_group=gqa_group, num_sms=num_sms, num_kv_heads=num_kv_heads,
-    )  # fmt: skip
 
 
 def _with_splits(
