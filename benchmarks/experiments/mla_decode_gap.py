@@ -11,15 +11,11 @@ passed every one of these candidates at these shapes), it prints:
 - ``kernels``: each GPU kernel of one call with its mean device time (torch.profiler over 50 eager calls), so the
   split-KV merge of the Triton kernel and FlashInfer's own kernels are seen apart;
 - the Triton config each runner ran, and for a split config the same with 16-bit split partials
-  (``MlaConfig.half_partials``: time, kernels, and the output's difference from the float32-partials one);
-- with ``--grid-merge``, for each Triton runner the config it ran merged inside its launch after a grid barrier
-  (``MlaConfig.grid_merge``), at its own split count and at the counts that fill the SMs one and two programs deep
-  (``grid_merge``: a list of the same figures, or the error a cooperative launch too large for the GPU raised).
+  (``MlaConfig.half_partials``: time, kernels, and the output's difference from the float32-partials one).
 
 Outputs one JSON line per (shape, page, candidate) on stdout and, with ``--out``, into that file.
 
-    python benchmarks/experiments/mla_decode_gap.py [--pages 16 64] [--grid-merge] [--no-half] [--out FILE.jsonl]
-    (needs a CUDA GPU)
+    python benchmarks/experiments/mla_decode_gap.py [--pages 16 64] [--out FILE.jsonl]   (needs a CUDA GPU)
 """
 
 from __future__ import annotations
@@ -95,7 +91,7 @@ def kernels(run, calls: int = 50) -> list[tuple[str, float]]:  # noqa: ANN001
     return sorted(out, key=lambda kv: -kv[1])
 
 
-def measure(backend: str, tactic: str, batch: int, context: int, page: int, args: argparse.Namespace) -> dict:
+def measure(backend: str, tactic: str, batch: int, context: int, page: int) -> dict:
     w = AttentionWorkload(spec(page), "decode", batch, context)
     row = {"backend": backend, "tactic": tactic, "batch": batch, "context": context, "page": page}
     try:
@@ -111,67 +107,39 @@ def measure(backend: str, tactic: str, batch: int, context: int, page: int, args
         row["graph_us"] = round(graph_us(runner.run), 2)
         row["kernels"] = kernels(runner.run)
         row["config"] = getattr(runner, "extra", {}).get("config")
-        if backend == "HWTUNE_TRITON_MLA" and runner.config.num_splits > 1 and args.half:
-            row["half_partials"] = _variant(runner, half_partials=True)
-        if backend == "HWTUNE_TRITON_MLA" and args.grid_merge:
-            row["grid_merge"] = [_variant(runner, num_splits=s, grid_merge=True) for s in _grid_splits(runner)]
+        if backend == "HWTUNE_TRITON_MLA" and runner.config.num_splits > 1:
+            row["half_partials"] = _half_partials(runner)
     except Exception as e:  # noqa: BLE001 - one failing row must not lose the rest
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
     return row
 
 
-def _grid_splits(runner) -> list[int]:  # noqa: ANN001
-    """Split counts for the grid merge: the runner's own (at least 2) and those that fill the SMs one and two
-    programs deep (each split keeping a KV tile)."""
-    from hwtune.kernels._common import num_sms
-
-    p, cfg = runner.problem, runner.config
-    programs = p.batch * -(-p.max_query_len // cfg.block_t) * -(-p.spec.num_heads // cfg.block_h)
-    most = max(2, p.max_seq_len // cfg.block_n)
-    sms = num_sms(p.q.device)
-    return sorted({max(2, cfg.num_splits), *(min(most, max(2, d * sms // programs)) for d in (1, 2))})
-
-
-def _variant(runner, **changes) -> dict:  # noqa: ANN001
-    """The runner's config with ``changes`` (``dataclasses.replace``): its time and kernels, and its output's relative
-    L2 difference from the runner's own config's output (both against the same inputs), or the error it raised."""
-    base = runner.config
+def _half_partials(runner) -> dict:  # noqa: ANN001
+    """The same config with 16-bit split partials (``MlaConfig.half_partials``): its time and kernels, and its
+    output's relative L2 difference from the float32-partials output (both against the same inputs)."""
     runner.run()
     torch.cuda.synchronize()
-    ref = runner.out.float().clone()
-    row: dict = {"changes": changes}
-    try:
-        runner.config = dataclasses.replace(base, **changes)
-        row["config"] = runner.config.name()
-        runner.workspace = runner._workspace(runner.problem, runner.config)
-        runner.out.fill_(float("nan"))
-        runner.run()
-        torch.cuda.synchronize()
-        row["rel_l2_vs_own"] = float((runner.out.float() - ref).norm() / ref.norm())
-        row.update(graph_us=round(graph_us(runner.run), 2), kernels=kernels(runner.run))
-    except Exception as e:  # noqa: BLE001 - e.g. a cooperative launch larger than the GPU holds at once
-        row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-    finally:
-        runner.config = base
-        runner.workspace = runner._workspace(runner.problem, base)
-    return row
+    f32 = runner.out.float().clone()
+    runner.config = dataclasses.replace(runner.config, half_partials=True)
+    runner.workspace = runner._workspace(runner.problem, runner.config)
+    runner.out.fill_(float("nan"))
+    runner.run()
+    torch.cuda.synchronize()
+    diff = float((runner.out.float() - f32).norm() / f32.norm())
+    return {"graph_us": round(graph_us(runner.run), 2), "kernels": kernels(runner.run), "rel_l2_vs_f32": diff}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pages", type=int, nargs="+", default=[16])
     p.add_argument("--out", type=Path)
-    p.add_argument("--grid-merge", action="store_true", help="also time each Triton config merged in its launch")
-    p.add_argument("--no-half", dest="half", action="store_false", help="leave out the half-partials variant")
-    p.add_argument("--shapes", help="batch x context pairs, e.g. 8x3000,32x700 (default: the script's list)")
     args = p.parse_args()
-    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
     for page in args.pages:
-        for batch, context in shapes:
+        for batch, context in SHAPES:
             for backend, tactic in CANDIDATES:  # a failed graph capture may leave the CUDA context unusable: rows
-                line = json.dumps(measure(backend, tactic, batch, context, page, args))  # so far are written
+                line = json.dumps(measure(backend, tactic, batch, context, page))  # so far are already written
                 print(line, flush=True)
                 if args.out:
                     with args.out.open("a") as sink:

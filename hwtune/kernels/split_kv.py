@@ -22,8 +22,6 @@ MERGE_TILE = 4096
 #: program loads a step above it (``merge_rows_per_program``).
 MERGE_MANY_ROWS_PER_SM = 8
 MERGE_ROW_STEP = 512
-#: The widest head slice one unit of the merge inside an attention launch combines (``grid_merge_blocks``).
-GRID_MERGE_BLOCK_D = 128
 
 
 @triton.jit
@@ -65,42 +63,14 @@ def _merge_kernel(
 ):
     """out = sum_s exp(lse_s - lse) * o_s with lse = log sum_s exp(lse_s): exact for any split of the KV.
 
-    One program per (token, head, ``BLOCK_D`` slice of the head) (``_merge_slice``)."""
+    One program per (token, head, ``BLOCK_D`` slice of the head), one pass over the splits in chunks of ``CHUNK``
+    with the running maximum rescaled as it grows (as the attention kernels do over KV tiles): the LSEs and partials
+    are read once, and no chunk's loads wait on another chunk's arithmetic."""
     tok = tl.program_id(0)
+    head = tl.program_id(1)
+    d_blk = tl.program_id(2)
     if tok >= tl.load(qsl_ptr + batch):
         return  # padding tokens beyond the batch's queries are left untouched, like the unsplit path
-    _merge_slice(
-        num_splits, part_o_ptr, part_lse_ptr, out_ptr, lse_ptr, tok, tl.program_id(1), tl.program_id(2), stride_ps,
-        stride_pt, stride_ph, stride_ot, stride_oh, stride_lt, stride_lh, HEAD_D, BLOCK_D, CHUNK, WRITE_LSE,
-    )  # fmt: skip
-
-
-@triton.jit
-def _merge_slice(
-    num_splits,
-    part_o_ptr,
-    part_lse_ptr,
-    out_ptr,
-    lse_ptr,
-    tok,
-    head,
-    d_blk,
-    stride_ps,
-    stride_pt,
-    stride_ph,
-    stride_ot,
-    stride_oh,
-    stride_lt,
-    stride_lh,
-    HEAD_D: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    CHUNK: tl.constexpr,
-    WRITE_LSE: tl.constexpr,
-):
-    """Merge the ``d_blk``-th ``BLOCK_D`` slice of one (token, head) output (its LSE with slice 0): one pass over
-    the splits in chunks of ``CHUNK`` with the running maximum rescaled as it grows (as the attention kernels do over
-    KV tiles), so the LSEs and partials are read once and no chunk's loads wait on another chunk's arithmetic.
-    Partials are loaded past L1 (``.cg``), as ``_merge_rows`` explains."""
     base = tok.to(tl.int64) * stride_pt + head * stride_ph
     offs_s = tl.arange(0, CHUNK)
     offs_d = d_blk * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -111,11 +81,8 @@ def _merge_slice(
     for s0 in range(0, num_splits, CHUNK):
         s_ok = s0 + offs_s < num_splits
         row = (s0 + offs_s).to(tl.int64) * stride_ps + base
-        ls = tl.load(part_lse_ptr + row, mask=s_ok, other=float("-inf"), cache_modifier=".cg")
-        o = tl.load(
-            part_o_ptr + row[:, None] * HEAD_D + offs_d[None, :], mask=s_ok[:, None] & d_ok[None, :], other=0.0,
-            cache_modifier=".cg",
-        )  # fmt: skip
+        ls = tl.load(part_lse_ptr + row, mask=s_ok, other=float("-inf"))
+        o = tl.load(part_o_ptr + row[:, None] * HEAD_D + offs_d[None, :], mask=s_ok[:, None] & d_ok[None, :], other=0.0)
         m_new = tl.maximum(m, tl.max(ls, 0))
         scale, w = _lse_weights(m, m_new, ls)  # w is 0 past the last split too
         o = o.to(tl.float32)  # 16-bit partials (``split_buffers``) are merged in float32
@@ -262,80 +229,6 @@ def merge_if_last(
         tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
 
 
-@triton.jit
-def grid_barrier(counters_ptr, num_programs):
-    """Wait until every program of the launch has arrived here; from then each one sees every program's stores made
-    before it arrived. Only for a cooperative launch (``launch_cooperative_grid=True``: the driver refuses a grid that
-    cannot be resident at once, which would otherwise wait here forever). ``counters_ptr``: two int32 words, zero
-    before the launch; ``grid_release`` sets them back.
-
-    The pattern of cooperative groups' grid sync: a CTA barrier orders every thread's stores before one thread's
-    gpu-scope release (the acq_rel atomic; Triton issues a scalar atomic once per program), which then polls with
-    acquire until all have arrived, and a CTA barrier holds the other threads until it has."""
-    tl.debug_barrier()
-    seen = tl.atomic_add(counters_ptr, 1, sem="acq_rel", scope="gpu") + 1
-    while seen < num_programs:
-        seen = tl.atomic_add(counters_ptr, 0, sem="acquire", scope="gpu")
-    tl.debug_barrier()
-
-
-@triton.jit
-def grid_release(counters_ptr, num_programs):
-    """After ``grid_barrier``: the last program to leave sets both counters back to zero for the next launch (every
-    program has stopped polling the first by then)."""
-    left = tl.atomic_add(counters_ptr + 1, 1, sem="relaxed", scope="gpu")
-    if left == num_programs - 1:
-        tl.atomic_xchg(counters_ptr, 0, sem="relaxed", scope="gpu")
-        tl.atomic_xchg(counters_ptr + 1, 0, sem="relaxed", scope="gpu")
-
-
-@triton.jit
-def merge_share(
-    program,
-    num_programs,
-    num_valid_tokens,
-    num_rows,
-    num_heads,
-    num_splits,
-    part_o_ptr,
-    part_lse_ptr,
-    out_ptr,
-    lse_ptr,
-    stride_ps,
-    stride_pt,
-    stride_ph,
-    stride_ot,
-    stride_oh,
-    stride_lt,
-    stride_lh,
-    HEAD_D: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    CHUNK: tl.constexpr,
-    WRITE_LSE: tl.constexpr,
-):
-    """Program ``program`` of ``num_programs`` merges its share of the (token, head, ``BLOCK_D`` slice) units of
-    ``num_rows`` (token, head) rows, every ``num_programs``-th from its own: each unit once over the launch, none of
-    a token at or past ``num_valid_tokens`` (padding, left untouched). After ``grid_barrier``, this is the split-KV
-    merge inside the attention launch (``grid_merge_blocks`` gives ``BLOCK_D`` and ``CHUNK``)."""
-    n_d = (HEAD_D + BLOCK_D - 1) // BLOCK_D
-    for unit in range(program, num_rows * n_d, num_programs):
-        row = unit // n_d
-        tok = row // num_heads
-        if tok < num_valid_tokens:
-            _merge_slice(
-                num_splits, part_o_ptr, part_lse_ptr, out_ptr, lse_ptr, tok, row % num_heads, unit % n_d, stride_ps,
-                stride_pt, stride_ph, stride_ot, stride_oh, stride_lt, stride_lh, HEAD_D, BLOCK_D, CHUNK, WRITE_LSE,
-            )  # fmt: skip
-
-
-def grid_merge_blocks(head_size: int, splits: int) -> tuple[int, int]:
-    """(``BLOCK_D``, ``CHUNK``) of ``merge_share``: heads in slices of at most ``GRID_MERGE_BLOCK_D`` (units enough
-    for every program at a decode batch of 8 x 16 heads of 512), splits a chunk at a time as the merge kernel loads
-    them. From the head size and split count only, so that one compiled kernel serves every batch."""
-    block_d = min(next_pow2(head_size), GRID_MERGE_BLOCK_D)
-    return block_d, max(2, min(MERGE_TILE // block_d, next_pow2(splits)))
-
-
 #: The most KV splits a decode launch merges in the kernel. On an H100 (2026-11-27, benchmarks/results/experiments/
 #: merge_in_kernel_h100_2026-11-27.jsonl: Mixtral-8x7B TP 2 and Llama-3.1-8B with fp8 KV, batch 1-128 x 700-12000,
 #: the probe's timing) the same config's call took 0.95-1.00 of the two-kernel one at 2-4 splits, 1.00-1.06 at 6 and
@@ -456,23 +349,19 @@ def merge_splits(
         )  # fmt: skip
         return
     block_d = merge_block_d(num_tokens, num_heads, head_size, sms)
-    chunk = max(2, min(MERGE_TILE // block_d, next_pow2(splits)))
     _merge_kernel[(num_tokens, num_heads, cdiv(head_size, block_d))](
         part_o, part_lse, out, lse_arg, query_start_loc, batch, splits, *strides,
-        HEAD_D=head_size, BLOCK_D=block_d, CHUNK=chunk, WRITE_LSE=lse is not None, num_warps=4,
+        HEAD_D=head_size, BLOCK_D=block_d, CHUNK=max(2, min(MERGE_TILE // block_d, next_pow2(splits))),
+        WRITE_LSE=lse is not None, num_warps=4,
     )  # fmt: skip
 
 
 __all__ = [
     "MERGE_IN_KERNEL_MAX_SPLITS",
     "MERGE_MIN_D",
-    "grid_barrier",
-    "grid_merge_blocks",
-    "grid_release",
     "merge_block_d",
     "merge_if_last",
     "merge_rows_per_program",
-    "merge_share",
     "merge_splits",
     "merges_in_kernel",
     "split_buffers",

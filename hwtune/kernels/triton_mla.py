@@ -31,21 +31,13 @@ from hwtune.kernels._common import (
     LOG2E,
     check_lse,
     check_runnable,
-    interpreting,
     jit_workload_generic,
     num_sms,
     split_tile_range,
     store_result,
 )
 from hwtune.kernels.configs import cdiv, next_pow2, split_words
-from hwtune.kernels.split_kv import (
-    grid_barrier,
-    grid_merge_blocks,
-    grid_release,
-    merge_share,
-    merge_splits,
-    split_buffers,
-)
+from hwtune.kernels.split_kv import merge_splits, split_buffers
 
 LATENT_DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn)
 MAX_ROWS = 64  # query rows per program: a [64, 512] float32 accumulator is what a program can hold
@@ -58,9 +50,7 @@ class MlaConfig:
     """One launch geometry: heads and query tokens per program (``block_h * block_t`` rows), KV positions per inner
     tile, KV splits per program's rows, warps and pipeline stages; ``half_partials``: split partial outputs stored in
     the output's 16-bit dtype instead of float32 (half their write and read traffic; merged in float32, as
-    FlashInfer's MLA keeps its partials in the output dtype); ``grid_merge``: the splits merged inside the launch, each
-    program merging a share after a grid-wide barrier (a cooperative launch, as FlashInfer's fa3 MLA merges after its
-    ``grid.sync()``), instead of by a second kernel."""
+    FlashInfer's MLA keeps its partials in the output dtype)."""
 
     block_h: int
     block_t: int
@@ -69,7 +59,6 @@ class MlaConfig:
     num_warps: int
     num_stages: int
     half_partials: bool = False
-    grid_merge: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_h", "block_t", "block_n"):
@@ -82,16 +71,12 @@ class MlaConfig:
             raise ValueError(f"MlaConfig.num_splits must be in 1..{MAX_SPLITS}, got {self.num_splits}")
         if self.half_partials and self.num_splits == 1:
             raise ValueError("MlaConfig.half_partials needs num_splits > 1 (one split writes the output directly)")
-        if self.grid_merge and self.num_splits == 1:
-            raise ValueError("MlaConfig.grid_merge needs num_splits > 1 (one split has nothing to merge)")
 
     def name(self) -> str:
-        """Short stable name kept in measurement records, e.g. ``h64-t1-n32-s8-w8-st2`` (``-p16``: half partials;
-        ``-g``: merged inside the launch)."""
+        """Short stable name kept in measurement records, e.g. ``h64-t1-n32-s8-w8-st2`` (``-p16``: half partials)."""
         return (
             f"h{self.block_h}-t{self.block_t}-n{self.block_n}-s{self.num_splits}-w{self.num_warps}-st{self.num_stages}"
             + ("-p16" if self.half_partials else "")
-            + ("-g" if self.grid_merge else "")
         )
 
 
@@ -273,13 +258,10 @@ def _mla_decode_kernel(
     lse_ptr,
     part_o_ptr,
     part_lse_ptr,
-    counters_ptr,
-    batch,
     num_heads,
     n_qt,
     n_ht,
     num_splits,
-    num_rows,
     scale_log2,
     kv_scale,
     stride_qt,
@@ -304,83 +286,12 @@ def _mla_decode_kernel(
     SPLIT: tl.constexpr,
     WRITE_LSE: tl.constexpr,
     F16_DOTS: tl.constexpr,
-    GRID_MERGE: tl.constexpr,
-    MERGE_BLOCK_D: tl.constexpr,
-    MERGE_CHUNK: tl.constexpr,
 ):
     rows_tok, head, row_ok, rows_pos, kv_end, first_pos, req, idle = _rows(
         qsl_ptr, seq_lens_ptr, num_heads, n_qt, n_ht, BLOCK_H, BLOCK_T, CAUSAL
     )
-    if GRID_MERGE:  # every program, idle or not, meets the others at the grid barrier, then merges its share
-        if not idle:
-            _attend(
-                q_ptr, cache_ptr, bt_ptr, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, num_splits, scale_log2, kv_scale,
-                stride_qt, stride_qh, stride_cb, stride_ct, stride_bt, stride_ot, stride_oh, stride_lt, stride_lh,
-                stride_ps, stride_pt, stride_ph, rows_tok, head, row_ok, rows_pos, kv_end, first_pos, req, LORA, ROPE,
-                BLOCK_H, BLOCK_T, BLOCK_N, PAGE_SIZE, SPLIT, WRITE_LSE, F16_DOTS,
-            )  # fmt: skip
-        n_prog = tl.num_programs(0) * tl.num_programs(1)
-        grid_barrier(counters_ptr, n_prog)
-        merge_share(
-            tl.program_id(0) * tl.num_programs(1) + tl.program_id(1), n_prog, tl.load(qsl_ptr + batch), num_rows,
-            num_heads, num_splits, part_o_ptr, part_lse_ptr, out_ptr, lse_ptr, stride_ps, stride_pt, stride_ph,
-            stride_ot, stride_oh, stride_lt, stride_lh, LORA, MERGE_BLOCK_D, MERGE_CHUNK, WRITE_LSE,
-        )  # fmt: skip
-        grid_release(counters_ptr, n_prog)
-    else:
-        if idle:
-            return  # the grid covers the longest query; shorter requests' surplus tiles exit
-        _attend(
-            q_ptr, cache_ptr, bt_ptr, out_ptr, lse_ptr, part_o_ptr, part_lse_ptr, num_splits, scale_log2, kv_scale,
-            stride_qt, stride_qh, stride_cb, stride_ct, stride_bt, stride_ot, stride_oh, stride_lt, stride_lh,
-            stride_ps, stride_pt, stride_ph, rows_tok, head, row_ok, rows_pos, kv_end, first_pos, req, LORA, ROPE,
-            BLOCK_H, BLOCK_T, BLOCK_N, PAGE_SIZE, SPLIT, WRITE_LSE, F16_DOTS,
-        )  # fmt: skip
-
-
-@triton.jit
-def _attend(
-    q_ptr,
-    cache_ptr,
-    bt_ptr,
-    out_ptr,
-    lse_ptr,
-    part_o_ptr,
-    part_lse_ptr,
-    num_splits,
-    scale_log2,
-    kv_scale,
-    stride_qt,
-    stride_qh,
-    stride_cb,
-    stride_ct,
-    stride_bt,
-    stride_ot,
-    stride_oh,
-    stride_lt,
-    stride_lh,
-    stride_ps,
-    stride_pt,
-    stride_ph,
-    rows_tok,
-    head,
-    row_ok,
-    rows_pos,
-    kv_end,
-    first_pos,
-    req,
-    LORA: tl.constexpr,
-    ROPE: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-    BLOCK_T: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    PAGE_SIZE: tl.constexpr,
-    SPLIT: tl.constexpr,
-    WRITE_LSE: tl.constexpr,
-    F16_DOTS: tl.constexpr,
-):
-    """One program's rows over its split of the KV: the online softmax over the split's tiles (unmasked ones first),
-    then the normalised result (or partial and LSE) stored."""
+    if idle:
+        return  # the grid covers the longest query; shorter requests' surplus tiles exit
     q_nope, q_pe = _load_q(q_ptr, rows_tok, head, row_ok, stride_qt, stride_qh, LORA, ROPE, F16_DOTS)
     split = tl.program_id(1)
     if SPLIT:
@@ -471,32 +382,24 @@ def mla_decode(
     if batch == 0 or tokens == 0:
         return config
     splits = config.num_splits
-    if config.grid_merge and interpreting():
-        raise ValueError(
-            f"MlaConfig {config.name()}: grid_merge needs a GPU; Triton's interpreter runs programs one at a time, so "
-            "its grid barrier would wait forever. Use a config without grid_merge under TRITON_INTERPRET."
-        )
-    part_o, part_lse, counters = (
-        (out, out, out) if splits == 1 else _split_scratch(workspace, config, tokens, heads, kv_lora_rank, q)
+    part_o, part_lse = (
+        (out, out) if splits == 1 else _split_scratch(workspace, config, tokens, heads, kv_lora_rank, q)[:2]
     )
     n_qt, n_ht = cdiv(max_query_len, config.block_t), cdiv(heads, config.block_h)
-    grid = (batch * n_qt * n_ht, splits)
-    merge_d, merge_chunk = grid_merge_blocks(kv_lora_rank, splits) if config.grid_merge else (1, 1)
     lse_arg = lse if lse is not None else out
     scales = (float(softmax_scale) * float(kv_scale) * LOG2E, float(kv_scale))
     strides = (q.stride(0), q.stride(1), kv_cache.stride(0), kv_cache.stride(1), block_table.stride(0))
     strides += (out.stride(0), out.stride(1), lse_arg.stride(0), lse_arg.stride(1) if lse is not None else 0)
     strides += (part_lse.stride(0), part_lse.stride(1), part_lse.stride(2)) if splits > 1 else (0, 0, 0)
-    _mla_decode_kernel[grid](
-        q, kv_cache, block_table, seq_lens, query_start_loc, out, lse_arg, part_o, part_lse, counters,
-        batch, heads, n_qt, n_ht, splits, tokens * heads, *scales, *strides,
+    _mla_decode_kernel[(batch * n_qt * n_ht, splits)](
+        q, kv_cache, block_table, seq_lens, query_start_loc, out, lse_arg, part_o, part_lse,
+        heads, n_qt, n_ht, splits, *scales, *strides,
         LORA=kv_lora_rank, ROPE=rope, BLOCK_H=config.block_h, BLOCK_T=config.block_t, BLOCK_N=config.block_n,
         PAGE_SIZE=kv_cache.shape[1], CAUSAL=causal, SPLIT=splits > 1, WRITE_LSE=lse is not None,
         F16_DOTS=kv_cache.dtype == torch.float8_e4m3fn and q.dtype == torch.bfloat16,
-        GRID_MERGE=config.grid_merge, MERGE_BLOCK_D=merge_d, MERGE_CHUNK=merge_chunk,
-        num_warps=config.num_warps, num_stages=config.num_stages, launch_cooperative_grid=config.grid_merge,
+        num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
-    if splits > 1 and not config.grid_merge:
+    if splits > 1:
         merge_splits(part_o, part_lse, out, lse, query_start_loc, batch)
     return config
 
@@ -505,8 +408,8 @@ def _split_scratch(
     workspace: torch.Tensor | None, config: MlaConfig, tokens: int, heads: int, lora: int, q: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The split-KV partials ``[splits, tokens, heads, lora]`` (float32, or the query's dtype with
-    ``config.half_partials``), ``[splits, tokens, heads]`` and the grid merge's counters in ``workspace`` (allocated
-    when none is given: sizes from host integers)."""
+    ``config.half_partials``) and ``[splits, tokens, heads]`` in ``workspace`` (allocated when none is given: sizes
+    from host integers)."""
     return split_buffers(
         workspace, splits=config.num_splits, num_tokens=tokens, num_heads=heads, head_size=lora, device=q.device,
         partial_dtype=q.dtype if config.half_partials else torch.float32,

@@ -2,10 +2,8 @@
 logsumexp merge: more splits than one chunk of the kernel's loop (so the running maximum is rescaled between
 chunks), LSEs whose exponentials overflow float32 unless the maximum is subtracted, head sizes that are and are not
 a multiple of the kernel's head slice, several (token, head) rows a program (``_merge_rows_kernel``, a last block
-part padding), the shares of the merge inside an attention launch (``merge_share``, launched alone by
-tests/kernels/share_kernel.py: fewer programs than units, and more), 16-bit partials, splits that saw no KV (LSE
--inf; a whole first chunk of them), a row no split saw (output 0, LSE -inf) and padding tokens past the batch left
-untouched."""
+part padding), 16-bit partials, splits that saw no KV (LSE -inf; a whole first chunk of
+them), a row no split saw (output 0, LSE -inf) and padding tokens past the batch left untouched."""
 
 from __future__ import annotations
 
@@ -32,7 +30,7 @@ import json, sys
 import torch
 import hwtune.kernels.split_kv as split_kv
 
-def case(splits, tokens, heads, head, dtype, with_lse, seed, sms, rows=None, shares=0):
+def case(splits, tokens, heads, head, dtype, with_lse, seed, sms, rows=None):
     split_kv.num_sms = lambda device: sms  # the interpreter's 4 SMs would never slice the heads
     g = torch.Generator().manual_seed(seed)
     part_o = torch.randn(splits, tokens, heads, head, generator=g).to(dtype)
@@ -54,11 +52,7 @@ def case(splits, tokens, heads, head, dtype, with_lse, seed, sms, rows=None, sha
 
     split_kv._merge_rows_kernel = Counting()
     try:
-        if shares:  # the merge inside an attention launch: ``shares`` programs, each its share
-            from tests.kernels.share_kernel import merge_in_shares
-            merge_in_shares(part_o, part_lse, out, lse, qsl, 2, shares)
-        else:
-            split_kv.merge_splits(part_o, part_lse, out, lse, qsl, 2, rows_per_program=rows)
+        split_kv.merge_splits(part_o, part_lse, out, lse, qsl, 2, rows_per_program=rows)
     finally:
         split_kv._merge_rows_kernel = real
     w = torch.softmax(part_lse, 0).nan_to_num(0.0)
@@ -84,9 +78,6 @@ print(json.dumps({
     "f32_9_splits_d128_rows4": case(9, 5, 3, 128, torch.float32, True, 3, 4, rows=4),  # 15 rows: a partial last block
     "bf16_3_splits_d96_rows2_no_lse": case(3, 4, 3, 96, torch.bfloat16, False, 4, 4, rows=2),
     "f32_5_splits_d128_rows_by_rule": case(5, 9, 4, 128, torch.float32, True, 5, 1),  # 36 rows, 1 SM: 4 a program
-    # shares: 4 tokens x 3 heads x 4 slices of 128 = 48 units over 7 programs (uneven shares); 40 splits: two chunks
-    "f32_40_splits_d512_shares7": case(40, 4, 3, 512, torch.float32, True, 6, 4, shares=7),
-    "bf16_5_splits_d96_shares64_no_lse": case(5, 4, 3, 96, torch.bfloat16, False, 7, 4, shares=64),  # idle programs
 }))
 """
 
@@ -111,8 +102,6 @@ def results() -> dict:
         ("f32_9_splits_d128_rows4", 1e-5, True),
         ("bf16_3_splits_d96_rows2_no_lse", 2e-2, True),
         ("f32_5_splits_d128_rows_by_rule", 1e-5, True),
-        ("f32_40_splits_d512_shares7", 1e-5, False),
-        ("bf16_5_splits_d96_shares64_no_lse", 2e-2, False),
     ],
 )
 def test_merge_matches_a_logsumexp_merge(case: str, tol: float, rows_kernel: bool, results: dict) -> None:

@@ -44,8 +44,7 @@ class Case:
     page: int = 16
     ctx: tuple[int, ...] = (70, 5, 33)
     query_len: int = 1
-    config: tuple | None = None  # MlaConfig fields (block_h, block_t, block_n, splits, warps, stages[, half_partials,
-    # grid_merge])
+    config: tuple | None = None  # MlaConfig fields (block_h, block_t, block_n, splits, warps, stages[, half_partials])
     causal: bool = True
     pad_tokens: int = 0
     scale_factor: float = 1.0  # != 1: call the kernel with a wrong softmax scale (the checks must fail)
@@ -81,32 +80,6 @@ GPU_CASES = {
     "tp8_half_partials": Case(
         heads=16, lora=512, rope=64, ctx=(12000, 700, 3000), page=16, config=(16, 1, 32, 16, 4, 2, True)
     ),
-    # the splits merged inside the launch after its grid barrier (a cooperative launch): 48 programs; 8 x 33 = 264,
-    # two a SM on an H100; speculative decode with half partials and padding rows; 128 heads, 64-row programs
-    "tp8_grid_merge": Case(
-        heads=16, lora=512, rope=64, ctx=(12000, 700, 3000), page=16, config=(16, 1, 32, 16, 4, 2, False, True)
-    ),
-    "tp8_grid_merge_264_programs": Case(
-        heads=16,
-        lora=512,
-        rope=64,
-        ctx=(3000, 2900, 17, 3000, 1200, 3000, 2999, 640),
-        page=16,
-        config=(16, 1, 32, 33, 4, 2, False, True),
-    ),
-    "tp8_grid_merge_spec_half_padding": Case(
-        heads=16,
-        lora=512,
-        rope=64,
-        ctx=(5000, 333),
-        page=64,
-        query_len=2,
-        pad_tokens=3,
-        config=(16, 2, 32, 8, 4, 2, True, True),
-    ),
-    "tp1_grid_merge_128_heads": Case(
-        heads=128, lora=512, rope=64, ctx=(4000, 77), page=16, config=(64, 1, 32, 4, 8, 2, False, True)
-    ),
 }
 
 
@@ -134,24 +107,16 @@ def _problem(case: Case, device: str, seed: int = 0):  # noqa: ANN202 - MlaProbl
     return dataclasses.replace(p, causal=case.causal)
 
 
-def _workspace(case: Case, p) -> torch.Tensor | None:  # noqa: ANN001
-    """Exactly the split-KV scratch the case's config needs, zeroed (the grid merge's counters start at zero)."""
-    from hwtune.kernels.triton_mla import MlaConfig, workspace_size
-
-    cfg = MlaConfig(*case.config) if case.config else None
-    size = workspace_size(
-        num_tokens=p.num_tokens + case.pad_tokens, num_heads=case.heads, kv_lora_rank=case.lora,
-        num_splits=cfg.num_splits if cfg else 1, half_partials=cfg.half_partials if cfg else False,
-    )  # fmt: skip
-    return torch.zeros(size, dtype=torch.float32, device=p.q.device) if size else None
-
-
-def _call(case: Case, p, out: torch.Tensor, lse: torch.Tensor, ws: torch.Tensor | None = None) -> None:  # noqa: ANN001
-    from hwtune.kernels.triton_mla import MlaConfig, mla_decode
+def _call(case: Case, p, out: torch.Tensor, lse: torch.Tensor) -> None:  # noqa: ANN001
+    from hwtune.kernels.triton_mla import MlaConfig, mla_decode, workspace_size
 
     tokens = p.num_tokens
     cfg = MlaConfig(*case.config) if case.config else None
-    ws = _workspace(case, p) if ws is None else ws
+    size = workspace_size(
+        num_tokens=tokens + case.pad_tokens, num_heads=case.heads, kv_lora_rank=case.lora,
+        num_splits=cfg.num_splits if cfg else 1, half_partials=cfg.half_partials if cfg else False,
+    )  # fmt: skip
+    ws = torch.empty(size, dtype=torch.float32, device=p.q.device) if size else None  # exactly what the config needs
     mla_decode(
         p.q, p.kv_cache, p.block_table, p.seq_lens, p.query_start_loc, max_query_len=p.max_query_len,
         max_seq_len=p.max_seq_len, out=out[: tokens + case.pad_tokens], lse=lse[: tokens + case.pad_tokens],
@@ -177,11 +142,7 @@ def run_case(case: Case, device: str) -> Checks:
     rows = p.num_tokens + case.pad_tokens
     out = torch.full((rows, case.heads, case.lora), math.nan, dtype=p.q.dtype, device=device)
     lse = torch.full((rows, case.heads), math.nan, device=device)
-    ws = _workspace(case, p)
-    _call(case, p, out, lse, ws)
-    if case.config and len(case.config) > 7 and case.config[7]:  # the grid merge: again on the same workspace, whose
-        out[: p.num_tokens].fill_(math.nan)  # counters the first launch must have left at zero
-        _call(case, p, out, lse, ws)
+    _call(case, p, out, lse)
     ref_out, ref_lse = reference_attention(p)
     t = p.num_tokens
     rel, lse_tol = _tolerance(case)
@@ -328,28 +289,11 @@ def test_split_buffers_carve_partials_and_lses_apart_within_the_workspace_size(d
                 split_buffers(ws, splits=splits, num_tokens=tokens, num_heads=heads, head_size=width, device=ws.device)
 
 
-def test_half_partials_and_the_grid_merge_need_several_splits() -> None:
+def test_half_partials_need_several_splits() -> None:
     from hwtune.kernels.triton_mla import MlaConfig
 
     with pytest.raises(ValueError, match="num_splits > 1"):
         MlaConfig(16, 1, 16, 1, 4, 2, half_partials=True)
-    with pytest.raises(ValueError, match="num_splits > 1"):
-        MlaConfig(16, 1, 16, 1, 4, 2, grid_merge=True)
-    assert MlaConfig(16, 1, 32, 8, 4, 2, half_partials=True, grid_merge=True).name() == "h16-t1-n32-s8-w4-st2-p16-g"
-
-
-def test_the_grid_merge_is_refused_by_the_interpreter_with_the_way_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Its grid barrier would wait forever where programs run one at a time: refused before any launch."""
-    from hwtune.kernels.triton_mla import MlaConfig, mla_decode
-
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    p = _problem(Case(), "cpu")
-    out = torch.empty(p.num_tokens, 16, 64, dtype=p.q.dtype)
-    with pytest.raises(ValueError, match="grid_merge needs a GPU.*without grid_merge"):
-        mla_decode(
-            p.q, p.kv_cache, p.block_table, p.seq_lens, p.query_start_loc, max_query_len=1, max_seq_len=70, out=out,
-            softmax_scale=0.1, kv_lora_rank=64, config=MlaConfig(16, 1, 16, 2, 4, 2, grid_merge=True),
-        )  # fmt: skip
 
 
 def test_bad_arguments_are_refused_with_the_contract() -> None:
@@ -378,28 +322,25 @@ def test_mla_kernel_on_gpu(name: str) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["tp8_decode", "tp8_grid_merge"])
-def test_mla_kernel_graph_replay_follows_new_metadata(name: str) -> None:
+def test_mla_kernel_graph_replay_follows_new_metadata() -> None:
     """Capture one call, rewrite the batch (lengths, pages, queries) in place, replay: the replay must match the
-    reference of the new batch (the grid merge's counters, left zero by each launch, serve every replay)."""
+    reference of the new batch."""
     from hwtune.probes.attention.correctness import compare_latent
     from hwtune.probes.attention.mla import build_mla_problem
     from hwtune.probes.attention.problem import second_batch_lengths
     from hwtune.probes.attention.reference import reference_attention
 
-    case = GPU_CASES[name]
+    case = GPU_CASES["tp8_decode"]
     p = _problem(case, "cuda")
     out = torch.empty(p.num_tokens, case.heads, case.lora, dtype=p.q.dtype, device="cuda")
     lse = torch.empty(p.num_tokens, case.heads, device="cuda")
-    ws = _workspace(case, p)
-    _call(case, p, out, lse, ws)  # compile outside the capture
+    _call(case, p, out, lse)  # compile outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        _call(case, p, out, lse, ws)
+        _call(case, p, out, lse)
     b = build_mla_problem(p.workload, "cuda", seed=7, like=p, lengths=second_batch_lengths(p.workload, 7))
-    for _ in range(3):
-        out.fill_(math.nan)
-        graph.replay()
+    out.fill_(math.nan)
+    graph.replay()
     torch.cuda.synchronize()
     ref_out, ref_lse = reference_attention(b)
     v = compare_latent(out, ref_out, project=b.project, rel_tol=1.5e-2, lse=lse, ref_lse=ref_lse, lse_tol=1e-2)
