@@ -3,7 +3,8 @@
 Per model (``--model CONFIG[:TP]``, repeatable; default Llama-3.1-8B at TP 1), into ``OUT/<model>-tp<TP>/``:
 1. ``quick``: time `hwtune tune --quick` on the model (first, on a fresh machine, so JIT counts).
 2. ``default``: tune the model's default plan into train.db (``--backends``, default FLASHINFER and
-   HWTUNE_TRITON_ATTN:auto, for MLA FLASHINFER_FA_MLA and HWTUNE_TRITON_MLA:auto; ``all`` for every valid backend)
+   HWTUNE_TRITON_ATTN, for MLA FLASHINFER_FA_MLA and HWTUNE_TRITON_MLA, each with every tactic as the product's
+   default tune runs them; ``all`` for every valid backend)
    in one KV layout (``--kv-layout``, default NHD) and one KV-cache dtype (``--kv-cache-dtype``, default auto: the
    model's; ``fp8`` scores an fp8 cache, into ``OUT/<model>-tp<TP>-kvfp8_e4m3/``).
 3. ``oracle``: measure >= 30 other workloads (decode batch x context, prefill chunk x cached prefix, between
@@ -44,7 +45,9 @@ from hwtune.core.types import AttentionWorkload, normalize_kv_cache_dtype  # noq
 from hwtune.tuner.plan import Plan, PlanItem, plan_from_model  # noqa: E402
 
 MODEL = Path(__file__).resolve().parents[1] / "tests" / "data" / "models" / "llama-3.1-8b.json"
-BACKENDS = ("FLASHINFER", "HWTUNE_TRITON_ATTN:auto")
+#: The default backends, every tactic of each (the Triton kernel's ``tuned`` search included), as ``hwtune tune``
+#: runs them; stores before 2026-11-28 were tuned with ``HWTUNE_TRITON_ATTN:auto``.
+BACKENDS = ("FLASHINFER", "HWTUNE_TRITON_ATTN")
 #: MLA models (--backends default): FlashInfer's MLA wrapper and hwtune's Triton MLA kernel.
 MLA_BACKENDS = ("FLASHINFER_FA_MLA", "HWTUNE_TRITON_MLA")
 FI_AUTO = {"decode": ("FLASHINFER", "fa2"), "prefill": ("FLASHINFER", "fa3")}
@@ -377,7 +380,9 @@ def main() -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--model", action="append", help="config.json[:TP]; repeat for several models")
     p.add_argument(
-        "--backends", default=None, help="comma-separated, or 'all' (default: FlashInfer and hwtune's Triton kernel)"
+        "--backends",
+        default=None,
+        help="comma-separated, or 'all' (default: FlashInfer and hwtune's Triton kernel, every tactic)",
     )
     p.add_argument("--kv-layout", default="NHD", help="the layout tuned and scored (NHD, HND or auto)")
     p.add_argument("--kv-cache-dtype", default="auto", help="the KV-cache dtype tuned and scored (auto, fp8, ...)")

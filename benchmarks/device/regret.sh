@@ -3,7 +3,7 @@
 # into train.db, the off-grid oracle into oracle.db, both scored, and both stores exported as JSON Lines. Device
 # kind: nvidia-h100-x1. Carry .whl and .fi-cache.
 #
-#   BACKENDS=FLASHINFER,HWTUNE_TRITON_ATTN:auto TRAIN_LIMIT=300 ORACLE_LIMIT=200 bash benchmarks/device/regret.sh \
+#   [BACKENDS=FLASHINFER,HWTUNE_TRITON_ATTN:auto] TRAIN_LIMIT=300 ORACLE_LIMIT=200 bash benchmarks/device/regret.sh \
 #       CONFIG:TP [CONFIG:TP ...]
 #
 # Environment: BACKENDS (regret.py --backends; default its own), KV_CACHE_DTYPE (regret.py --kv-cache-dtype, default
