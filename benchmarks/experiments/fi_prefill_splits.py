@@ -1,13 +1,15 @@
 """FlashInfer's fa2 prefill on tensor cores with other KV split sizes, against hwtune's Triton kernel, where the Triton
-kernel's tuned tactic beat every FlashInfer tactic (issue 17: short chunks on long cached prefixes; Qwen3-30B-A3B at
-TP 4 and Llama-3.3-70B at TP 8, 8 query heads / 1 KV head per rank, 96-384 tokens on 1500-30000: FlashInfer's best
-1.02-1.27x slower; docs/tuning.md "Other models").
+kernel beat every FlashInfer tactic (issue 17: short chunks on cached prefixes; in the regret runs of 2026-11-27/28,
+Qwen3-30B-A3B at TP 4 and Llama-3.3-70B at TP 8, 8 query heads / 1 KV head per rank, 96-384 tokens on 1500-30000:
+FlashInfer's best 1.02-1.27x slower; docs/tuning.md "Other models"). Measured here: Qwen3-30B-A3B at TP 4 and
+Llama-3.1-8B at TP 1 (32 / 8 heads).
 
 FlashInfer's fa2 prefill plan splits each request's KV into chunks so that its (query tile, KV chunk) CTAs fit its
 occupancy-derived grid (flashinfer 0.6.18 ``include/flashinfer/attention/scheduler.cuh``,
 ``PrefillSplitQOKVIndptr`` / ``PrefillBinarySearchKVChunkSize``); ``plan(fixed_split_size=pages)`` sets the chunk
 instead. Here the wrapper's ``plan`` is patched to pass a chunk that cuts the longest request's KV into ``k`` pieces
-(k = 1-64; ``auto``: FlashInfer's own choice), so the probe's own job (``job.run_job``: the correctness gate against
+(k = 1-64, no chunk under FlashInfer's 128-token floor; ``splits`` null in the output: FlashInfer's own plan), so the
+probe's own job (``job.run_job``: the correctness gate against
 the float32 reference, then the timing with its L2 flush) measures FlashInfer at each split count.
 
     python benchmarks/experiments/fi_prefill_splits.py [--time-cap 0.3] [--out FILE.jsonl]   (needs a CUDA GPU)
@@ -27,7 +29,8 @@ from hwtune.core.model_config import attention_spec, load_model_config  # noqa: 
 from hwtune.core.types import AttentionWorkload  # noqa: E402
 from hwtune.probes.timing import TimingOptions  # noqa: E402
 
-#: (model config, TP, (chunk, cached prefix) shapes): the misses of 2026-11-28's regret runs.
+#: (model config, TP, (chunk, cached prefix) shapes): short chunks on cached prefixes, where the regret runs of
+#: 2026-11-27/28 missed (96 on 1500 on Qwen3, where FlashInfer won, for contrast).
 CASES = [
     ("qwen3-30b-a3b.json", 4, [(96, 1500), (96, 6000), (96, 30000), (384, 1500), (384, 6000), (384, 30000)]),
     ("llama-3.1-8b.json", 1, [(96, 1500), (96, 6000)]),
