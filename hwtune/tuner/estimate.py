@@ -77,7 +77,10 @@ def estimate_seconds(
             seconds += 8 * (5 + plan.time_cap_s)
             continue
         names = item.backends or backends or plan.backends
-        planned = plan_candidates(item.workload, profile, names, assume_installed=profile.simulated)
+        others = plan.other_layer_specs(item.workload.spec)
+        planned = plan_candidates(
+            item.workload, profile, names, assume_installed=profile.simulated, other_layers=others
+        )
         cands = [c for c in planned if c.runnable]
         for c in cands:
             first = (c.backend, c.tactic) not in seen

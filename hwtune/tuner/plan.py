@@ -114,6 +114,9 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     time_cap_s: float = 2.0
     backends: tuple[str, ...] | None = None  # default for items that name none
+    #: The sliding windows of a model's kinds of layers (None: full attention), for a model that mixes them; empty
+    #: for one kind. One backend serves every layer, so a candidate is measured only where it can serve every kind.
+    layer_windows: tuple[int | None, ...] = ()
 
     def __post_init__(self) -> None:
         """One item per workload: duplicates (a grid point listed twice) merge their backend lists."""
@@ -131,6 +134,11 @@ class Plan:
                 merged[item.key] = PlanItem(seen.workload, min(seen.level, item.level), both)
         self.items = list(merged.values())
 
+    def other_layer_specs(self, spec: AttentionSpec) -> list[AttentionSpec]:
+        """``spec`` as the model's other kinds of layers have it (their windows): what a backend measured at ``spec``
+        must serve too (``measure.plan_candidates(other_layers=)``)."""
+        return [replace(spec, sliding_window=w) for w in self.layer_windows if w != spec.sliding_window]
+
     def digest(self) -> str:
         """Stable identity of the plan's content: resuming and sharing a plan across nodes key on it. The
         default backends and the timing cap are content too: a plan that measures other backends, or times
@@ -139,6 +147,7 @@ class Plan:
             "items": [i.to_dict() for i in self.items],
             "time_cap_s": self.time_cap_s,
             "backends": list(self.backends) if self.backends else None,
+            **({"layer_windows": list(self.layer_windows)} if self.layer_windows else {}),
         }
         payload = json.dumps(content, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:24]
@@ -149,6 +158,7 @@ class Plan:
             "digest": self.digest(),
             "notes": self.notes,
             "time_cap_s": self.time_cap_s,
+            **({"layer_windows": list(self.layer_windows)} if self.layer_windows else {}),
             "items": [i.to_dict() for i in self.items],
         }
 
@@ -303,6 +313,7 @@ def plan_from_model(
     kinds = set(kinds)
     notes: list[str] = []
     items: list[PlanItem] = []
+    layer_windows: tuple[int | None, ...] = ()
     if "attention" in kinds:
         spec = attention_spec(info, tp, **dict(attention_overrides or {}))
         mml = max_model_len or info.max_position_embeddings or 131072
@@ -316,11 +327,12 @@ def plan_from_model(
                 device=device, notes=more,
             )  # fmt: skip
             notes += [n for n in more if n not in notes]
+            layer_windows = (spec.sliding_window, None)
             notes.append(
                 f"{info.full_attention_layers} of {info.num_layers} layers attend the whole context (the config's "
                 f"layer_types, or its model's layer pattern) and the others a {spec.sliding_window}-token window: "
-                "this plan measures both kinds, and selection ranks one backend over every layer "
-                "(selector/layer_kinds.py)"
+                "this plan measures both kinds, each backend only where it can serve both, and selection ranks "
+                "one backend over every layer (selector/layer_kinds.py)"
             )
     if "all2all" in kinds:
         if not info.is_moe:
@@ -339,6 +351,7 @@ def plan_from_model(
         notes=notes,
         time_cap_s=1.0 if quick else 2.0,
         backends=_quick_backends(device, notes) if quick else None,
+        layer_windows=layer_windows,
     )
 
 

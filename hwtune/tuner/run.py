@@ -173,7 +173,12 @@ class Tuner:
         w = item.workload
         if isinstance(w, AttentionWorkload):
             skip = skip | self._pruned(item)
-            planned = [c for c in plan_candidates(w, self.profile, backends) if (c.backend, c.tactic) not in skip]
+            others = self.plan.other_layer_specs(w.spec)
+            planned = [
+                c
+                for c in plan_candidates(w, self.profile, backends, other_layers=others)
+                if (c.backend, c.tactic) not in skip
+            ]
             measure_attention(
                 w,
                 planned,

@@ -85,7 +85,10 @@ def jobs(
         w = item.workload
         if not isinstance(w, AttentionWorkload):
             continue
-        for c in plan_candidates(w, profile, item.backends or backends, assume_installed=assume_installed):
+        others = plan.other_layer_specs(w.spec)
+        for c in plan_candidates(
+            w, profile, item.backends or backends, assume_installed=assume_installed, other_layers=others
+        ):
             key = (w.spec, w.phase, w.query_len if w.phase == "decode" else 0, c.backend, c.tactic)
             if c.runnable and not catalogue.get("attention", c.backend).compile_per_shape and key not in seen:
                 seen.add(key)

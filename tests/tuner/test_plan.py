@@ -336,6 +336,37 @@ def test_a_model_mixing_windowed_and_full_attention_layers_measures_both_kinds()
     assert {i.workload.spec.sliding_window for i in llama.items} == {None}
 
 
+def test_a_backend_that_cannot_serve_every_layer_kind_is_not_measured_on_any() -> None:
+    """Gemma-3 mixes 1024-token windowed layers with full-attention ones, and the engine runs one backend for all:
+    hwtune's Triton kernel (no sliding window) is valid on the full-attention layers alone, so the plan neither times
+    nor warms it up there, and the estimate does not count it; FlashInfer serves both kinds and is planned on both."""
+    from dataclasses import replace
+
+    from hwtune.probes.attention.measure import plan_candidates
+    from hwtune.tuner.estimate import estimate_seconds
+    from hwtune.tuner.warmup import jobs
+
+    h100 = simulated("h100")
+    plan = plan_from_model(MODELS / "gemma-3-4b-it.json", kinds=["attention"], device=h100)
+    assert plan.layer_windows == (1024, None)
+    full = next(i.workload for i in plan.items if i.workload.spec.sliding_window is None)
+    assert plan.other_layer_specs(full.spec) == [replace(full.spec, sliding_window=1024)]
+    planned = plan_candidates(full, h100, assume_installed=True, other_layers=plan.other_layer_specs(full.spec))
+    triton = [c for c in planned if c.backend == "HWTUNE_TRITON_ATTN"]
+    assert triton and not any(c.runnable for c in triton)
+    assert all("cannot serve this model's 1024-token sliding-window layers" in c.reasons[0] for c in triton)
+    assert any(c.runnable for c in planned if c.backend == "FLASHINFER")
+    # the same items without the other layer kind: the Triton kernel is planned, warmed up and estimated there
+    single = replace(plan, layer_windows=())
+    warmed = {c.backend for _w, c in jobs(plan, h100, None, assume_installed=True)}
+    assert "HWTUNE_TRITON_ATTN" not in warmed and "FLASHINFER" in warmed
+    assert "HWTUNE_TRITON_ATTN" in {c.backend for _w, c in jobs(single, h100, None, assume_installed=True)}
+    assert estimate_seconds(plan, h100) < estimate_seconds(single, h100)
+    assert plan.digest() != single.digest() and "layer_windows" in plan.to_dict()
+    llama = plan_from_model(MODELS / "llama-3.1-8b.json", kinds=["attention"], device=h100)
+    assert llama.layer_windows == () and "layer_windows" not in llama.to_dict()
+
+
 def test_the_estimate_runs_the_warm_up_in_parallel_and_compiles_a_module_once() -> None:
     """The warm-up compiles in parallel processes (its wall time is the busiest process's), a JIT tactic's module once
     for every phase and layout, and what it compiled is not charged again in the measurement loop."""

@@ -269,3 +269,23 @@ def test_a_candidate_far_behind_is_not_measured_at_refinement_points(tmp_path: P
     assert measured == Counter({("TORCH_SDPA", 64): 1, ("TORCH_SDPA", 256): 1, ("TORCH_SDPA", 128): 1,
                                 ("FLEX_ATTENTION", 64): 1, ("FLEX_ATTENTION", 256): 1})  # fmt: skip
     assert any("FLEX_ATTENTION/compiled at 1 point(s)" in n for n in report.notes), report.notes
+
+
+def test_a_backend_that_cannot_serve_the_other_layer_kind_is_recorded_not_timed(tmp_path: Path) -> None:
+    """A model with 64-token windowed and full-attention layers: TORCH_SDPA has no sliding window, so on the
+    full-attention layers it is stored unsupported with that reason (the engine runs one backend for every layer);
+    the same items in a plan of one layer kind are timed."""
+    from hwtune.core.types import AttentionSpec, AttentionWorkload
+    from hwtune.tuner.plan import Plan, PlanItem
+
+    full = AttentionSpec(num_heads=4, num_kv_heads=2, head_size=32, dtype="float32", kv_layout="NHD")
+    items = [PlanItem(AttentionWorkload(full, "decode", batch=b, context_len=128)) for b in (1, 2)]
+    for windows, status in (((64, None), "unsupported"), ((), "ok")):
+        plan = Plan(name="layers", items=items, time_cap_s=0.05, backends=("TORCH_SDPA:math",), layer_windows=windows)
+        with Store.open(f"sqlite:///{tmp_path / f'{status}.db'}") as store:
+            report = Tuner(plan, store, opts(), profile=CPU_PROFILE).run()
+            recs = store.measurements(run_id=report.run_id)
+        assert [r.status for r in recs] == [status, status], [r.message for r in recs]
+        if status == "unsupported":
+            assert all("cannot serve this model's 64-token sliding-window layers" in r.message for r in recs)
+            assert all("TORCH_SDPA does not support it" in r.message for r in recs)

@@ -17,7 +17,7 @@ from hwtune.core.devices import CPU_PROFILE, DeviceProfile
 from hwtune.core.environment import current_environment
 from hwtune.core.errors import InvalidSpecError
 from hwtune.core.records import MeasurementRecord
-from hwtune.core.types import AttentionWorkload
+from hwtune.core.types import AttentionSpec, AttentionWorkload
 from hwtune.core.validation import check, check_tactic
 from hwtune.probes.attention.worker import WorkerPool
 from hwtune.probes.contract import to_record
@@ -50,6 +50,7 @@ def plan_candidates(
     backends: Iterable[str] | None = None,
     *,
     assume_installed: bool = False,
+    other_layers: Sequence[AttentionSpec] = (),
 ) -> list[Planned]:
     """Every (backend, tactic) to try for ``workload`` (MLA backends only for MLA specs).
 
@@ -57,6 +58,9 @@ def plan_candidates(
     A list that names backends of both kinds (a plan's defaults: the quick list holds MLA and non-MLA backends)
     keeps those of the workload's kind, as no list does; a list of the other kind only is planned as given, so that
     each entry is recorded unsupported with its reason.
+    ``other_layers``: the specs of the model's other kinds of layers (``Plan.other_layer_specs``). The engine runs one
+    attention backend for every layer, so a backend that cannot serve one of them is recorded unsupported here too,
+    with that kind's reasons, rather than timed where it can never be chosen.
     """
     only: dict[str, set[str]] = {}
     for entry in backends or ():
@@ -77,6 +81,7 @@ def plan_candidates(
         if b.has(Feature.MLA) != workload.spec.use_mla and (backends is None or of_kind):
             continue  # not even a candidate: listed in `select` rejections instead
         backend_reasons = [r.message for r in check(b, workload.spec, device, assume_installed=assume_installed)]
+        backend_reasons = backend_reasons or _other_layer_reasons(b, other_layers, device, assume_installed)
         for t in b.tactics:
             if not all(p in t.phases for p in phases) or (only and t.name not in only[b.name]):
                 continue
@@ -84,6 +89,22 @@ def plan_candidates(
                 r.message for r in check_tactic(b, t, workload.spec, device, assume_installed=assume_installed)
             ]
             out.append(Planned(b.name, t.name, tuple(reasons)))
+    return out
+
+
+def _other_layer_reasons(
+    backend: Backend, others: Sequence[AttentionSpec], device: DeviceProfile, assume_installed: bool
+) -> list[str]:
+    """Why ``backend`` cannot serve the model's other kinds of layers (``plan_candidates``); empty if it can."""
+    out = []
+    for spec in others:
+        why = " ".join(r.message for r in check(backend, spec, device, assume_installed=assume_installed))
+        if why:
+            kind = f"{spec.sliding_window}-token sliding-window" if spec.sliding_window else "full-attention"
+            out.append(
+                f"Not measured: {backend.name} cannot serve this model's {kind} layers, and the engine runs one "
+                f"attention backend for every layer. There: {why}"
+            )
     return out
 
 
