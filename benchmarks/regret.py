@@ -354,9 +354,11 @@ def measure_model(cfg: Path, tp: int, out: Path, steps: set[str], args: argparse
         mml = info.max_position_embeddings or 131072
         plan = oracle_plan(spec, args.oracle_time_cap, mml)
         kinds = layer_kinds(info, spec)
-        if kinds:  # a model of windowed and full-attention layers: the oracle measures both kinds at each shape
+        if kinds:  # a model of windowed and full-attention layers: the oracle measures both kinds at each shape, a
+            # backend only where it serves both (the others' latencies over every layer do not exist), as tune does
             full = oracle_plan(kinds[1][0], args.oracle_time_cap, mml)
-            plan = Plan(name="oracle", items=plan.items + full.items, time_cap_s=plan.time_cap_s)
+            windows = (spec.sliding_window, None)
+            plan = Plan(name="oracle", items=plan.items + full.items, time_cap_s=plan.time_cap_s, layer_windows=windows)
         result["oracle_tune"] = tune(plan, out / "oracle.db", backends, bisect=False)  # a fixed set
         print("oracle", result["oracle_tune"], flush=True)
         _check("oracle", result["oracle_tune"])
