@@ -338,13 +338,14 @@ def measure_model(cfg: Path, tp: int, out: Path, steps: set[str], args: argparse
         _check("quick", result["quick_tune"])
     if "default" in steps:
         plan = plan_from_model(cfg, tp=tp, kinds=["attention"], device=profile, attention_overrides=overrides)
-        from hwtune.tuner.schedule import BISECT_FACTOR
+        from hwtune.tuner import schedule
 
         result["default_tune"] = {
             **tune(plan, out / "train.db", backends),
             "workloads": len(plan.items),
             "backends": list(backends or ["all"]),
-            "bisect_factor": BISECT_FACTOR,
+            "bisect_factor": schedule.BISECT_FACTOR,
+            **({"bisect_tactics": True} if schedule.TACTIC_CROSSOVERS else {}),
         }
         print("default", result["default_tune"], flush=True)
         _check("default", result["default_tune"])
@@ -406,6 +407,12 @@ def main() -> int:
         default=None,
         help="tune with this tuner.schedule.BISECT_FACTOR instead of its default (an experiment; kept in regret.json)",
     )
+    p.add_argument(
+        "--bisect-tactics",
+        action="store_true",
+        help="tune with tuner.schedule.TACTIC_CROSSOVERS on: also bisect where a winning backend's own tactics cross "
+        "(an experiment; kept in regret.json)",
+    )
     p.add_argument("--device", default="auto", help="score for a simulated device (synthetic stores)")
     p.add_argument(
         "--as-stored", action="store_true", help="with --score-only: score as the machine that measured train.db"
@@ -416,6 +423,10 @@ def main() -> int:
         from hwtune.tuner import schedule
 
         schedule.BISECT_FACTOR = args.bisect_factor
+    if args.bisect_tactics:
+        from hwtune.tuner import schedule
+
+        schedule.TACTIC_CROSSOVERS = True
     for cfg, tp, out in _models(args):
         out.mkdir(parents=True, exist_ok=True)
         result_file = out / "regret.json"

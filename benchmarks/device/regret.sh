@@ -10,7 +10,8 @@
 # auto; fp8 names the outputs <model>-tp<TP>-kvfp8_e4m3 as regret.py does), TRAIN_LIMIT and ORACLE_LIMIT seconds per model for
 # the default tune and the oracle (defaults 320 and 220; a step past its limit is interrupted, what it stored is
 # scored, and an interrupted default tune still leaves the oracle its own time), CAP seconds of timing per oracle
-# candidate (default 0.3), BISECT_FACTOR (regret.py --bisect-factor: the default tune's bisection factor, an experiment).
+# candidate (default 0.3), BISECT_FACTOR (regret.py --bisect-factor: the default tune's bisection factor, an experiment),
+# BISECT_TACTICS=1 (regret.py --bisect-tactics: also bisect a winning backend's own tactic crossovers, an experiment).
 # Outputs in $OUT/regret/<model>-tp<TP>[-kv<dtype>]/: regret.json; in $OUT: regret_<model>-tp<TP>[-kv<dtype>]_{train,oracle}.jsonl.
 set -u
 [ $# -gt 0 ] || { awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 2; }
@@ -30,7 +31,7 @@ for model in "$@"; do
     limit=$TRAIN_LIMIT; [ $step = oracle ] && limit=$ORACLE_LIMIT
     timeout -s INT "$limit" python3 benchmarks/regret.py --out "$OUT/regret" --model "$cfg:$tp" \
       --steps $step --oracle-time-cap "${CAP:-0.3}" ${BACKENDS:+--backends "$BACKENDS"} --kv-cache-dtype "$kv" \
-      ${BISECT_FACTOR:+--bisect-factor "$BISECT_FACTOR"} 2>&1 | grep -v "━" | tail -4
+      ${BISECT_FACTOR:+--bisect-factor "$BISECT_FACTOR"} ${BISECT_TACTICS:+--bisect-tactics} 2>&1 | grep -v "━" | tail -4
   done
   python3 benchmarks/regret.py --out "$OUT/regret" --model "$cfg:$tp" --score-only --kv-cache-dtype "$kv" 2>&1 | tail -6
   for k in train oracle; do

@@ -7,7 +7,9 @@ and query length) were won by different candidates sits on a crossover and is me
 whose neighbours agree is measured last, if time remains. Then the plan adapts (``bisections``): wherever two
 measured neighbours along one axis (decode: batch, context; prefill: chunk, cached prefix) are won by different
 (backend, tactic) candidates that are not a near-tie, and lie at least ``BISECT_FACTOR`` apart, the point
-between them (geometric mean) is measured, and again until every crossover is located within that factor. A point
+between them (geometric mean) is measured, and again until every crossover is located within that factor (a tactic
+another measured one covers takes no part: selection drops it there; ``TACTIC_CROSSOVERS``, an experiment, adds the
+crossovers of a winning backend's own tactics). A point
 between neighbours at least ``WIDE_FACTOR`` apart measures every candidate, as a planned point does; a point between
 closer ones (the last rounds) measures only the contenders there: the candidates within ``CONTENDER`` of the best at
 either neighbour, the two winners among them. Where the crossover lies is a question between those; a candidate
@@ -29,6 +31,7 @@ import math
 from collections import defaultdict
 from typing import Callable, Iterable, Sequence
 
+from hwtune.core import catalogue
 from hwtune.core.records import FAILED, MeasurementRecord
 from hwtune.core.types import AttentionWorkload
 from hwtune.tuner.plan import PlanItem
@@ -41,6 +44,10 @@ WIDE_FACTOR = 4
 CONTENDER = 1.10
 #: Winners within this factor of each other at both neighbours are a near-tie: nothing worth locating.
 NEAR_TIE = 1.03
+#: An experiment, off by default (``benchmarks/regret.py --bisect-tactics``): also bisect where only the tactics of a
+#: backend that wins somewhere in the group cross over (``_to_measure``). Its cost on the default tune's time is not
+#: measured yet; on the committed stores it adds 4-13 first-round points per model (docs/tuning.md "Plans").
+TACTIC_CROSSOVERS = False
 #: A candidate this many times slower than the best at every measured neighbour of a point is not measured there.
 PRUNE_FACTOR = 3.0
 #: Measured neighbours (nearest first, same kind, phase and spec) that decide ``pruned``; at least two are needed.
@@ -146,6 +153,38 @@ def _crossed(p: dict[tuple[str, str], float], q: dict[tuple[str, str], float]) -
     return p.get(wq, math.inf) > NEAR_TIE * p[wp] or q.get(wp, math.inf) > NEAR_TIE * q[wq]
 
 
+def _to_measure(
+    p: dict[tuple[str, str], float], q: dict[tuple[str, str], float], routable: set[str], wide: bool
+) -> list[str] | None:
+    """What the point between two neighbours measures, or ``[]`` if nothing crosses over between them. Where the
+    winners of every candidate cross: every candidate if the neighbours are ``WIDE_FACTOR`` or more apart (None),
+    else the contenders. With ``TACTIC_CROSSOVERS``, where only the tactics of a ``routable`` backend cross (one
+    that wins somewhere in the group, so selection may route a phase to it and dispatch its own tactics: fa3 and
+    fa2-tc crossing matters where FlashInfer serves prefill, even if the Triton kernel wins both neighbours): that
+    backend's tactics measured at either neighbour if wide, else its contenders; the question there is between its
+    tactics only."""
+    p, q = _dispatchable(p), _dispatchable(q)
+    if _crossed(p, q):
+        return None if wide else _contenders(p, q)
+    out: list[str] = []
+    for b in sorted(routable) if TACTIC_CROSSOVERS else ():
+        bp, bq = ({c: t for c, t in d.items() if c[0] == b} for d in (p, q))
+        if len(bp) > 1 and len(bq) > 1 and _crossed(bp, bq):
+            out += [f"{c[0]}:{c[1]}" for c in {**bp, **bq}] if wide else _contenders(bp, bq)
+    return list(dict.fromkeys(out))
+
+
+def _dispatchable(timings: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:
+    """One backend's timings at a point without the tactics a measured one covers (``Tactic.covers``): selection drops
+    those where both were measured (``selector.measured``), so a crossover with them is noise, not a choice."""
+    covered = set()
+    for backend, tactic in timings:
+        declared = catalogue.find(backend)
+        spec = declared.tactic(tactic) if declared is not None else None
+        covered |= {(backend, c) for c in (spec.covers if spec is not None else ())}
+    return {c: t for c, t in timings.items() if c not in covered}
+
+
 def _middle(lo: int, hi: int) -> int | None:
     """The point between two coordinates (geometric; a prefix of 0 counts as 1), if they are far enough apart and it
     is neither of them."""
@@ -208,6 +247,7 @@ def bisections(
     known = {i.key for i in items}
     new: dict[str, PlanItem] = {}
     for points in groups.values():
+        routable = {min(t, key=t.__getitem__)[0] for t in (timed[i.key] for i in points.values()) if t}
         for axis in (0, 1):
             lines: dict[int, list[tuple[int, int]]] = defaultdict(list)
             for coords in points:
@@ -216,12 +256,14 @@ def bisections(
                 line.sort(key=lambda c: c[axis])
                 for p, q in zip(line, line[1:]):
                     mid = _middle(p[axis], q[axis])
-                    tp, tq = timed[points[p].key], timed[points[q].key]
-                    if mid is None or not _crossed(tp, tq):
+                    if mid is None:
+                        continue
+                    wide = max(p[axis], 1) * WIDE_FACTOR <= q[axis]
+                    measure = _to_measure(timed[points[p].key], timed[points[q].key], routable, wide)
+                    if measure == []:
                         continue
                     coords = (mid, p[1]) if axis == 0 else (p[0], mid)
-                    wide = max(p[axis], 1) * WIDE_FACTOR <= q[axis]
-                    item = _at(points[p], points[q], *coords, None if wide else _contenders(tp, tq))
+                    item = _at(points[p], points[q], *coords, measure)
                     if item.key not in known and fits(item):
                         new[item.key] = _merge(new.get(item.key), item)
     return list(new.values())

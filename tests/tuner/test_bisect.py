@@ -248,3 +248,65 @@ def test_a_failure_in_the_other_kv_layout_prunes_nothing() -> None:
     rec = [r for p in hnd_points for r in timed(p, fa2=10.0) + wrong(p)]
     assert pruned(at(nhd, 2048), hnd_points, rec) == frozenset()  # its twin failed in HND: NHD measures it
     assert pruned(at(hnd, 4096, level=1), hnd_points, rec) == {("TORCH_SDPA", "cudnn")}
+
+
+def _both(p: PlanItem, fi: dict[str, float], **other: dict[str, float]) -> list[MeasurementRecord]:
+    recs = timed(p, **fi)
+    for backend, latency in other.items():
+        recs += timed(p, backend, **latency)
+    return recs
+
+
+def test_a_tactic_crossover_of_a_backend_that_wins_elsewhere_is_located_too(monkeypatch) -> None:  # noqa: ANN001
+    """The Triton kernel wins a 128-token chunk on every prefix of the segment, but FlashInfer, which wins longer
+    chunks (so selection may route prefill to it and dispatch its own tactics), switches from fa3 to fa2-tc along
+    it: that crossover is located within BISECT_FACTOR as well, each point measuring FlashInfer's tactics only.
+    Llama-2-7B (H100, 2026-11-28) had fa2-tc dispatched where fa3 was 14 % faster, its crossover never bisected
+    because the overall winner did not change. An experiment (``TACTIC_CROSSOVERS``), off by default: without it
+    no point is added on that line."""
+    from hwtune.tuner import schedule
+
+    def fi(p: PlanItem) -> dict[str, float]:
+        prefix = p.workload.context_len - p.workload.query_len
+        return {"fa3": 10 + prefix / 100, "fa2-tc": 20 + prefix / 200}
+
+    def records(p: PlanItem) -> list[MeasurementRecord]:  # Triton ahead on 128-token chunks, behind on long ones
+        ahead = 0.9 if p.workload.query_len == 128 else 2.0
+        return _both(p, fi(p), HWTUNE_TRITON_ATTN={"tuned": ahead * min(fi(p).values())})
+
+    items = [prefill(128, 0), prefill(128, 32768), prefill(2048, 0)]
+    recs = [r for p in items for r in records(p)]
+    assert all(i.workload.query_len != 128 for i in bisections(items, recs))  # off: the chunk axis only
+    monkeypatch.setattr(schedule, "TACTIC_CROSSOVERS", True)
+    for _ in range(10):
+        new = bisections(items, recs)
+        if not new:
+            break
+        items += new
+        recs += [r for p in new for r in records(p)]
+    prefixes = sorted(i.workload.context_len - 128 for i in items if i.workload.query_len == 128)
+    best = {x: min(fi(prefill(128, x)), key=fi(prefill(128, x)).get) for x in prefixes}
+    crossing = [(a, b) for a, b in zip(prefixes, prefixes[1:]) if best[a] != best[b]]
+    assert len(crossing) == 1 and crossing[0][0] <= 2000 <= crossing[0][1]
+    assert crossing[0][1] < BISECT_FACTOR * max(crossing[0][0], 1)
+    # the points on that line measure FlashInfer's tactics only (the chunk axis has a crossing of its own)
+    added = [i for i in items if i.level and i.workload.query_len == 128]
+    assert added and all(i.contenders and set(i.backends) == {"FLASHINFER:fa3", "FLASHINFER:fa2-tc"} for i in added)
+
+
+def test_tactic_crossovers_of_a_backend_that_wins_nowhere_or_of_covered_tactics_add_nothing(monkeypatch) -> None:  # noqa: ANN001
+    """TORCH_SDPA's tactics cross over, but it wins no point of the group: selection will not route a phase to it.
+    The Triton kernel's auto and tuned cross by noise, but tuned covers auto (selection keeps tuned where both were
+    measured), so that is no choice to locate, with tactic crossovers bisected or not."""
+    from hwtune.tuner import schedule
+
+    monkeypatch.setattr(schedule, "TACTIC_CROSSOVERS", True)
+    lo, hi = prefill(128, 0), prefill(128, 32768)
+    sdpa = _both(lo, {"fa3": 10.0}, TORCH_SDPA={"flash": 30.0, "cudnn": 60.0}) + _both(
+        hi, {"fa3": 100.0}, TORCH_SDPA={"flash": 900.0, "cudnn": 400.0}
+    )
+    assert bisections([lo, hi], sdpa) == []
+    covered = _both(lo, {"fa3": 10.0}, HWTUNE_TRITON_ATTN={"auto": 12.0, "tuned": 9.0}) + _both(
+        hi, {"fa3": 100.0}, HWTUNE_TRITON_ATTN={"auto": 80.0, "tuned": 81.0}
+    )
+    assert bisections([lo, hi], covered) == []
