@@ -31,7 +31,7 @@ for model in "$@"; do
     limit=$TRAIN_LIMIT; [ $step = oracle ] && limit=$ORACLE_LIMIT
     timeout -s INT "$limit" python3 benchmarks/regret.py --out "$OUT/regret" --model "$cfg:$tp" \
       --steps $step --oracle-time-cap "${CAP:-0.3}" ${BACKENDS:+--backends "$BACKENDS"} --kv-cache-dtype "$kv" \
-      ${BISECT_FACTOR:+--bisect-factor "$BISECT_FACTOR"} ${BISECT_TACTICS:+--bisect-tactics} 2>&1 | grep -v "━" | tail -4
+      ${BISECT_FACTOR:+--bisect-factor "$BISECT_FACTOR"} $([ "${BISECT_TACTICS:-0}" = 1 ] && echo --bisect-tactics) 2>&1 | grep -v "━" | tail -4
   done
   python3 benchmarks/regret.py --out "$OUT/regret" --model "$cfg:$tp" --score-only --kv-cache-dtype "$kv" 2>&1 | tail -6
   for k in train oracle; do

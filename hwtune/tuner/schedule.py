@@ -44,9 +44,9 @@ WIDE_FACTOR = 4
 CONTENDER = 1.10
 #: Winners within this factor of each other at both neighbours are a near-tie: nothing worth locating.
 NEAR_TIE = 1.03
-#: An experiment, off by default (``benchmarks/regret.py --bisect-tactics``): also bisect where only the tactics of a
-#: backend that wins somewhere in the group cross over (``_to_measure``). Its cost on the default tune's time is not
-#: measured yet; on the committed stores it adds 4-13 first-round points per model (docs/tuning.md "Plans").
+#: An experiment, off by default (``benchmarks/regret.py --bisect-tactics``): also bisect where the tactics of a
+#: backend that wins somewhere in the plan cross over (``_to_measure``). Its cost on the default tune's time is not
+#: measured yet (docs/tuning.md "Plans": its first round on the stores of the product's default backends).
 TACTIC_CROSSOVERS = False
 #: A candidate this many times slower than the best at every measured neighbour of a point is not measured there.
 PRUNE_FACTOR = 3.0
@@ -158,20 +158,23 @@ def _to_measure(
 ) -> list[str] | None:
     """What the point between two neighbours measures, or ``[]`` if nothing crosses over between them. Where the
     winners of every candidate cross: every candidate if the neighbours are ``WIDE_FACTOR`` or more apart (None),
-    else the contenders. With ``TACTIC_CROSSOVERS``, where only the tactics of a ``routable`` backend cross (one
-    that wins somewhere in the group, so selection may route a phase to it and dispatch its own tactics: fa3 and
-    fa2-tc crossing matters where FlashInfer serves prefill, even if the Triton kernel wins both neighbours): that
-    backend's tactics measured at either neighbour if wide, else its contenders; the question there is between its
-    tactics only."""
+    else the contenders. With ``TACTIC_CROSSOVERS``, where the tactics of a ``routable`` backend cross (one that wins
+    somewhere in the plan, so selection may route a phase to it and dispatch its own tactics: fa3 and fa2-tc crossing
+    matters where FlashInfer serves prefill, even if the Triton kernel wins both neighbours): that backend's tactics
+    measured at either neighbour if wide, else its contenders, with the two neighbours' winners (without them the
+    next round would see a crossover between a neighbour's winner and a point that never timed it)."""
     p, q = _dispatchable(p), _dispatchable(q)
-    if _crossed(p, q):
-        return None if wide else _contenders(p, q)
-    out: list[str] = []
+    own: list[str] = []
     for b in sorted(routable) if TACTIC_CROSSOVERS else ():
         bp, bq = ({c: t for c, t in d.items() if c[0] == b} for d in (p, q))
         if len(bp) > 1 and len(bq) > 1 and _crossed(bp, bq):
-            out += [f"{c[0]}:{c[1]}" for c in {**bp, **bq}] if wide else _contenders(bp, bq)
-    return list(dict.fromkeys(out))
+            own += [f"{c[0]}:{c[1]}" for c in {**bp, **bq}] if wide else _contenders(bp, bq)
+    if _crossed(p, q):
+        return None if wide else list(dict.fromkeys(_contenders(p, q) + own))
+    if not own:
+        return []
+    won = [f"{c[0]}:{c[1]}" for c in (min(p, key=p.__getitem__), min(q, key=q.__getitem__))]
+    return list(dict.fromkeys(won + own))
 
 
 def _dispatchable(timings: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:
@@ -246,8 +249,10 @@ def bisections(
             groups[axes[0]][(axes[1], axes[2])] = item
     known = {i.key for i in items}
     new: dict[str, PlanItem] = {}
+    # backends selection may route a phase to: the overall winner somewhere in the plan (one backend serves every
+    # phase where the engine cannot route them)
+    routable = {min(t, key=t.__getitem__)[0] for p in groups.values() for t in (timed[i.key] for i in p.values()) if t}
     for points in groups.values():
-        routable = {min(t, key=t.__getitem__)[0] for t in (timed[i.key] for i in points.values()) if t}
         for axis in (0, 1):
             lines: dict[int, list[tuple[int, int]]] = defaultdict(list)
             for coords in points:

@@ -251,24 +251,28 @@ def test_a_failure_in_the_other_kv_layout_prunes_nothing() -> None:
 
 
 def _both(p: PlanItem, fi: dict[str, float], **other: dict[str, float]) -> list[MeasurementRecord]:
+    """Records of FlashInfer's tactics ``fi`` and other backends' at ``p``; a point with its own list of backends
+    (a bisection point's contenders) times only those, as the tuner does."""
     recs = timed(p, **fi)
     for backend, latency in other.items():
         recs += timed(p, backend, **latency)
-    return recs
+    keep = set(p.backends or ())
+    return [r for r in recs if not keep or f"{r.backend}:{r.tactic}" in keep or r.backend in keep]
 
 
 def test_a_tactic_crossover_of_a_backend_that_wins_elsewhere_is_located_too(monkeypatch) -> None:  # noqa: ANN001
     """The Triton kernel wins a 128-token chunk on every prefix of the segment, but FlashInfer, which wins longer
     chunks (so selection may route prefill to it and dispatch its own tactics), switches from fa3 to fa2-tc along
-    it: that crossover is located within BISECT_FACTOR as well, each point measuring FlashInfer's tactics only.
-    Llama-2-7B (H100, 2026-11-28) had fa2-tc dispatched where fa3 was 14 % faster, its crossover never bisected
-    because the overall winner did not change. An experiment (``TACTIC_CROSSOVERS``), off by default: without it
-    no point is added on that line."""
+    it: that crossover is located within BISECT_FACTOR as well, each point measuring FlashInfer's tactics there and
+    the neighbours' winner (else the next round would see a crossover with a point that never timed it), never
+    every candidate, and not fa2 (never near). Llama-2-7B (H100, 2026-11-28) had fa2-tc dispatched where it took
+    14 % longer than fa3, its crossover never bisected because the overall winner did not change. An experiment
+    (``TACTIC_CROSSOVERS``), off by default: without it no point is added on that line."""
     from hwtune.tuner import schedule
 
     def fi(p: PlanItem) -> dict[str, float]:
         prefix = p.workload.context_len - p.workload.query_len
-        return {"fa3": 10 + prefix / 100, "fa2-tc": 20 + prefix / 200}
+        return {"fa3": 10 + prefix / 100, "fa2-tc": 20 + prefix / 200, "fa2": 60 + prefix / 50}
 
     def records(p: PlanItem) -> list[MeasurementRecord]:  # Triton ahead on 128-token chunks, behind on long ones
         ahead = 0.9 if p.workload.query_len == 128 else 2.0
@@ -289,24 +293,54 @@ def test_a_tactic_crossover_of_a_backend_that_wins_elsewhere_is_located_too(monk
     crossing = [(a, b) for a, b in zip(prefixes, prefixes[1:]) if best[a] != best[b]]
     assert len(crossing) == 1 and crossing[0][0] <= 2000 <= crossing[0][1]
     assert crossing[0][1] < BISECT_FACTOR * max(crossing[0][0], 1)
-    # the points on that line measure FlashInfer's tactics only (the chunk axis has a crossing of its own)
     added = [i for i in items if i.level and i.workload.query_len == 128]
-    assert added and all(i.contenders and set(i.backends) == {"FLASHINFER:fa3", "FLASHINFER:fa2-tc"} for i in added)
+    wide = {"HWTUNE_TRITON_ATTN:tuned", "FLASHINFER:fa3", "FLASHINFER:fa2-tc", "FLASHINFER:fa2"}  # measured at both
+    assert added and all(i.contenders and i.backends is not None for i in added)
+    assert {frozenset(i.backends) for i in added} <= {
+        frozenset(wide),
+        frozenset(wide - {"FLASHINFER:fa2"}),
+    }
+    assert any("FLASHINFER:fa2" in i.backends for i in added)  # wide: every tactic measured at both neighbours
+    assert any("FLASHINFER:fa2" not in i.backends for i in added)  # close: the contenders
+    assert len(added) <= 5
 
 
 def test_tactic_crossovers_of_a_backend_that_wins_nowhere_or_of_covered_tactics_add_nothing(monkeypatch) -> None:  # noqa: ANN001
-    """TORCH_SDPA's tactics cross over, but it wins no point of the group: selection will not route a phase to it.
-    The Triton kernel's auto and tuned cross by noise, but tuned covers auto (selection keeps tuned where both were
-    measured), so that is no choice to locate, with tactic crossovers bisected or not."""
+    """TORCH_SDPA's tactics cross over, but it wins no point: selection will not route a phase to it. The Triton
+    kernel's auto and tuned cross by noise, but tuned covers auto (selection keeps tuned where both were measured),
+    so that is no choice to locate, with tactic crossovers bisected or not. A tactic measured at one neighbour only
+    is no crossover of that backend's tactics either."""
     from hwtune.tuner import schedule
 
-    monkeypatch.setattr(schedule, "TACTIC_CROSSOVERS", True)
     lo, hi = prefill(128, 0), prefill(128, 32768)
+    covered = _both(lo, {"fa3": 10.0}, HWTUNE_TRITON_ATTN={"auto": 12.0, "tuned": 9.0}) + _both(
+        hi, {"fa3": 100.0}, HWTUNE_TRITON_ATTN={"auto": 80.0, "tuned": 81.0}
+    )
+    assert bisections([lo, hi], covered) == []  # the default
+    monkeypatch.setattr(schedule, "TACTIC_CROSSOVERS", True)
+    assert bisections([lo, hi], covered) == []
     sdpa = _both(lo, {"fa3": 10.0}, TORCH_SDPA={"flash": 30.0, "cudnn": 60.0}) + _both(
         hi, {"fa3": 100.0}, TORCH_SDPA={"flash": 900.0, "cudnn": 400.0}
     )
     assert bisections([lo, hi], sdpa) == []
-    covered = _both(lo, {"fa3": 10.0}, HWTUNE_TRITON_ATTN={"auto": 12.0, "tuned": 9.0}) + _both(
-        hi, {"fa3": 100.0}, HWTUNE_TRITON_ATTN={"auto": 80.0, "tuned": 81.0}
+    long = prefill(2048, 0)  # FlashInfer wins here, so its tactics are routable
+    one_side = _both(lo, {"fa3": 10.0, "fa2-tc": 20.0}, HWTUNE_TRITON_ATTN={"tuned": 5.0}) + _both(
+        hi, {"fa2-tc": 50.0}, HWTUNE_TRITON_ATTN={"tuned": 40.0}
     )
-    assert bisections([lo, hi], covered) == []
+    one_side += _both(long, {"fa3": 30.0}, HWTUNE_TRITON_ATTN={"tuned": 60.0})
+    assert all(i.workload.query_len != 128 for i in bisections([lo, hi, long], one_side))
+
+
+def test_a_backend_that_wins_one_phase_has_its_tactic_crossovers_located_in_the_other(monkeypatch) -> None:  # noqa: ANN001
+    """FlashInfer wins prefill and no decode point, but an engine that runs one backend for both phases would run its
+    decode tactics: their crossover (xqa to fa2 along the context) is bisected, measuring them and the winner."""
+    from hwtune.tuner import schedule
+
+    monkeypatch.setattr(schedule, "TACTIC_CROSSOVERS", True)
+    lo, hi, pre = decode(1, 512), decode(1, 32768), prefill(2048, 0)
+    rec = _both(lo, {"xqa": 10.0, "fa2": 14.0}, HWTUNE_TRITON_ATTN={"tuned": 8.0})
+    rec += _both(hi, {"xqa": 90.0, "fa2": 60.0}, HWTUNE_TRITON_ATTN={"tuned": 50.0})
+    rec += _both(pre, {"fa3": 30.0}, HWTUNE_TRITON_ATTN={"tuned": 60.0})
+    [new] = bisections([lo, hi, pre], rec)
+    assert new.workload.phase == "decode" and new.contenders
+    assert set(new.backends) == {"HWTUNE_TRITON_ATTN:tuned", "FLASHINFER:xqa", "FLASHINFER:fa2"}
