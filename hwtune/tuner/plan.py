@@ -320,20 +320,15 @@ def plan_from_model(
         items += attention_items(
             spec, max_num_seqs=max_num_seqs, max_model_len=mml, quick=quick, device=device, notes=notes
         )
-        if spec.sliding_window and info.full_attention_layers and info.sliding_window == spec.sliding_window:
+        layer_windows = mixed_layer_windows(info, spec)
+        if layer_windows:
             more: list[str] = []
             items += attention_items(
                 replace(spec, sliding_window=None), max_num_seqs=max_num_seqs, max_model_len=mml, quick=quick,
                 device=device, notes=more,
             )  # fmt: skip
             notes += [n for n in more if n not in notes]
-            layer_windows = (spec.sliding_window, None)
-            notes.append(
-                f"{info.full_attention_layers} of {info.num_layers} layers attend the whole context (the config's "
-                f"layer_types, or its model's layer pattern) and the others a {spec.sliding_window}-token window: "
-                "this plan measures both kinds, each backend only where it can serve both, and selection ranks "
-                "one backend over every layer (selector/layer_kinds.py)"
-            )
+            notes.append(layer_kinds_note(info, spec))
     if "all2all" in kinds:
         if not info.is_moe:
             notes.append(f"{info.model_type} is not a MoE model: no all2all workloads")
@@ -352,6 +347,24 @@ def plan_from_model(
         time_cap_s=1.0 if quick else 2.0,
         backends=_quick_backends(device, notes) if quick else None,
         layer_windows=layer_windows,
+    )
+
+
+def mixed_layer_windows(info: ModelInfo | None, spec: AttentionSpec) -> tuple[int | None, ...]:
+    """``Plan.layer_windows`` for ``spec`` of the model ``info``: (its window, None) where the model mixes windowed and
+    full-attention layers and ``spec`` is its windowed kind; empty otherwise."""
+    if info is None or not spec.sliding_window or not info.full_attention_layers:
+        return ()
+    return (spec.sliding_window, None) if info.sliding_window == spec.sliding_window else ()
+
+
+def layer_kinds_note(info: ModelInfo, spec: AttentionSpec) -> str:
+    """The note of a plan that measures both kinds of a model's layers (``mixed_layer_windows``)."""
+    return (
+        f"{info.full_attention_layers} of {info.num_layers} layers attend the whole context (the config's "
+        f"layer_types, or its model's layer pattern) and the others a {spec.sliding_window}-token window: "
+        "this plan measures both kinds, each backend only where it can serve both, and selection ranks "
+        "one backend over every layer (selector/layer_kinds.py)"
     )
 
 

@@ -16,7 +16,15 @@ from hwtune.core.devices import DeviceProfile
 from hwtune.core.errors import InvalidSpecError
 from hwtune.core.model_config import ModelInfo, all2all_spec, attention_spec, load_model_config
 from hwtune.core.types import All2AllSpec, All2AllWorkload, AttentionSpec, AttentionWorkload
-from hwtune.tuner.plan import Plan, PlanItem, _kv_fits, all2all_dtypes, planned_layouts
+from hwtune.tuner.plan import (
+    Plan,
+    PlanItem,
+    _kv_fits,
+    all2all_dtypes,
+    layer_kinds_note,
+    mixed_layer_windows,
+    planned_layouts,
+)
 
 
 def _ints(value: Any, what: str, minimum: int = 1) -> tuple[int, ...]:
@@ -87,9 +95,13 @@ def _plan_from_doc(doc: dict[str, Any], p: Path, device: DeviceProfile | None) -
     tp = _one_int(model.get("tp", 1), "[model] tp")
     notes: list[str] = []
     items: list[PlanItem] = []
+    windows: tuple[int | None, ...] = ()
     tables = doc.get("attention", [])
     for table in tables if isinstance(tables, list) else [tables]:
-        items += _attention_table(_check_keys(table, _attention_keys(), "[attention]"), info, tp, p)
+        planned = _attention_table(_check_keys(table, _attention_keys(), "[attention]"), info, tp, p)
+        kinds, planned = _with_full_attention_layers(planned, info, notes)
+        windows = windows or kinds
+        items += planned
     fitting = [i for i in items if _kv_fits(i.workload, device)]  # type: ignore[arg-type]
     notes += [
         f"skipped {i.workload.phase} batch {i.workload.batch} x {i.workload.context_len} tokens: its "  # type: ignore[union-attr]
@@ -105,7 +117,29 @@ def _plan_from_doc(doc: dict[str, Any], p: Path, device: DeviceProfile | None) -
     time_cap = doc.get("time_cap_s", 2.0)
     if isinstance(time_cap, bool) or not isinstance(time_cap, (int, float)) or time_cap <= 0:
         raise InvalidSpecError(f"time_cap_s must be a positive number of seconds, got {time_cap!r}")
-    return Plan(name=str(doc.get("name", p.stem)), items=items, notes=notes, time_cap_s=float(time_cap))
+    return Plan(
+        name=str(doc.get("name", p.stem)), items=items, notes=notes, time_cap_s=float(time_cap), layer_windows=windows
+    )
+
+
+def _with_full_attention_layers(
+    items: list[PlanItem], info: ModelInfo | None, notes: list[str]
+) -> tuple[tuple[int | None, ...], list[PlanItem]]:
+    """For a model that mixes windowed and full-attention layers, ``items`` (its windowed spec) and the same grid for
+    its full-attention layers, as a plan from ``--model`` measures them, with the plan's ``layer_windows`` and note;
+    ``items`` alone otherwise."""
+    spec = items[0].workload.spec if items and isinstance(items[0].workload, AttentionWorkload) else None
+    kinds = mixed_layer_windows(info, spec) if spec is not None else ()
+    if not kinds or info is None or spec is None:
+        return (), items
+    full = []
+    for i in items:
+        w = i.workload
+        assert isinstance(w, AttentionWorkload)
+        full.append(replace(i, workload=replace(w, spec=replace(w.spec, sliding_window=None))))
+    note = layer_kinds_note(info, spec)
+    notes += [] if note in notes else [note]
+    return kinds, items + full
 
 
 def _attention_keys() -> set[str]:

@@ -112,6 +112,23 @@ def test_cpu_plans_are_cpu_sized() -> None:
     assert max(i.workload.context_len for i in plan.items) <= 2048
 
 
+def test_a_toml_plan_of_a_mixed_model_measures_both_layer_kinds(tmp_path: Path) -> None:
+    """A plan file naming Gemma-3 (1024-token windowed and full-attention layers) plans its grid for both kinds and
+    records their windows, as a plan from --model does, so selection can cost one backend over every layer and the
+    tune times a backend only where it serves both; a model of one kind plans its spec alone."""
+    grid = '[[attention]]\nkv_layout = "NHD"\n[[attention.decode]]\nbatch = [1, 8]\ncontext = [4096]\n'
+    f = tmp_path / "gemma.toml"
+    f.write_text(f'[model]\nconfig = "{MODELS / "gemma-3-4b-it.json"}"\n' + grid)
+    plan = plan_from_toml(f)
+    assert plan.layer_windows == (1024, None)
+    assert Counter(i.workload.spec.sliding_window for i in plan.items) == {1024: 2, None: 2}
+    assert sum("measures both kinds" in n for n in plan.notes) == 1
+    g = tmp_path / "llama.toml"
+    g.write_text(f'[model]\nconfig = "{MODELS / "llama-3.1-8b.json"}"\n' + grid)
+    single = plan_from_toml(g)
+    assert single.layer_windows == () and {i.workload.spec.sliding_window for i in single.items} == {None}
+
+
 def test_example_toml_plan() -> None:
     plan = plan_from_toml(ROOT / "examples" / "plan.toml")
     assert plan.name == "llama-3.1-8b-example" and plan.time_cap_s == 2.0
