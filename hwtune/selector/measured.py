@@ -163,9 +163,7 @@ def _drop_covered(ev: Evidence) -> None:
     from hwtune.core import catalogue
 
     for backend, tactic, phase in list(ev.points):
-        spec = catalogue.find(backend)
-        declared = spec.tactic(tactic) if spec is not None else None
-        for covered in declared.covers if declared is not None else ():
+        for covered in catalogue.covered(backend, tactic):
             key = (backend, covered, phase)
             if key not in ev.points:
                 continue

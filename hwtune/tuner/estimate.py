@@ -8,7 +8,6 @@ import math
 from hwtune.core import catalogue
 from hwtune.core.devices import DeviceProfile
 from hwtune.core.types import AttentionWorkload
-from hwtune.probes.attention.measure import plan_candidates
 from hwtune.tuner.plan import Plan
 
 
@@ -77,10 +76,7 @@ def estimate_seconds(
             seconds += 8 * (5 + plan.time_cap_s)
             continue
         names = item.backends or backends or plan.backends
-        others = plan.other_layer_specs(item.workload.spec)
-        planned = plan_candidates(
-            item.workload, profile, names, assume_installed=profile.simulated, other_layers=others
-        )
+        planned = plan.candidates(item.workload, profile, names, assume_installed=profile.simulated)
         cands = [c for c in planned if c.runnable]
         for c in cands:
             first = (c.backend, c.tactic) not in seen

@@ -13,7 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from hwtune.core import catalogue
 from hwtune.core.devices import DeviceProfile
@@ -28,6 +28,9 @@ from hwtune.core.types import (
     normalize_quant_dtype,
     workload_from_dict,
 )
+
+if TYPE_CHECKING:
+    from hwtune.probes.attention.measure import Planned
 
 #: Fraction of device memory a planned workload's KV cache (plus the reference's copies) may take.
 MEMORY_FRACTION = 0.35
@@ -138,6 +141,15 @@ class Plan:
         """``spec`` as the model's other kinds of layers have it (their windows): what a backend measured at ``spec``
         must serve too (``measure.plan_candidates(other_layers=)``)."""
         return [replace(spec, sliding_window=w) for w in self.layer_windows if w != spec.sliding_window]
+
+    def candidates(
+        self, workload: AttentionWorkload, profile: DeviceProfile, backends: Iterable[str] | None, **kw: Any
+    ) -> list[Planned]:
+        """``measure.plan_candidates`` for one of this plan's workloads (``kw``: its keywords): a backend that cannot
+        serve the model's other kinds of layers is planned unsupported here too (``other_layer_specs``)."""
+        from hwtune.probes.attention.measure import plan_candidates
+
+        return plan_candidates(workload, profile, backends, other_layers=self.other_layer_specs(workload.spec), **kw)
 
     def digest(self) -> str:
         """Stable identity of the plan's content: resuming and sharing a plan across nodes key on it. The

@@ -26,7 +26,7 @@ from hwtune.core.records import MeasurementRecord
 from hwtune.core.result_store import ResultStore
 from hwtune.core.types import All2AllWorkload, AttentionWorkload
 from hwtune.db.queue import holder_is_gone, worker_id
-from hwtune.probes.attention.measure import measure_attention, plan_candidates
+from hwtune.probes.attention.measure import measure_attention
 from hwtune.probes.attention.worker import WorkerPool
 from hwtune.probes.timing import TimingOptions
 from hwtune.tuner.options import TuneOptions
@@ -173,12 +173,7 @@ class Tuner:
         w = item.workload
         if isinstance(w, AttentionWorkload):
             skip = skip | self._pruned(item)
-            others = self.plan.other_layer_specs(w.spec)
-            planned = [
-                c
-                for c in plan_candidates(w, self.profile, backends, other_layers=others)
-                if (c.backend, c.tactic) not in skip
-            ]
+            planned = [c for c in self.plan.candidates(w, self.profile, backends) if (c.backend, c.tactic) not in skip]
             measure_attention(
                 w,
                 planned,

@@ -180,11 +180,7 @@ def _to_measure(
 def _dispatchable(timings: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:
     """One backend's timings at a point without the tactics a measured one covers (``Tactic.covers``): selection drops
     those where both were measured (``selector.measured``), so a crossover with them is noise, not a choice."""
-    covered = set()
-    for backend, tactic in timings:
-        declared = catalogue.find(backend)
-        spec = declared.tactic(tactic) if declared is not None else None
-        covered |= {(backend, c) for c in (spec.covers if spec is not None else ())}
+    covered = {(backend, c) for backend, tactic in timings for c in catalogue.covered(backend, tactic)}
     return {c: t for c, t in timings.items() if c not in covered}
 
 

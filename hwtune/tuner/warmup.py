@@ -29,7 +29,7 @@ from hwtune.core import catalogue
 from hwtune.core.devices import DeviceProfile
 from hwtune.core.records import FAILED
 from hwtune.core.types import AttentionWorkload
-from hwtune.probes.attention.measure import Planned, measure_attention, plan_candidates
+from hwtune.probes.attention.measure import Planned, measure_attention
 from hwtune.probes.attention.worker import WorkerPool
 from hwtune.probes.timing import TimingOptions
 from hwtune.tuner.plan import Plan, PlanItem
@@ -85,10 +85,7 @@ def jobs(
         w = item.workload
         if not isinstance(w, AttentionWorkload):
             continue
-        others = plan.other_layer_specs(w.spec)
-        for c in plan_candidates(
-            w, profile, item.backends or backends, assume_installed=assume_installed, other_layers=others
-        ):
+        for c in plan.candidates(w, profile, item.backends or backends, assume_installed=assume_installed):
             key = (w.spec, w.phase, w.query_len if w.phase == "decode" else 0, c.backend, c.tactic)
             if c.runnable and not catalogue.get("attention", c.backend).compile_per_shape and key not in seen:
                 seen.add(key)

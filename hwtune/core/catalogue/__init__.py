@@ -75,6 +75,13 @@ def find(name: str) -> Backend | None:
     return None
 
 
+def covered(backend: str, tactic: str) -> tuple[str, ...]:
+    """The tactics of ``backend`` that its ``tactic`` covers (``Tactic.covers``); none for an unknown name."""
+    found = find(backend)
+    declared = found.tactic(tactic) if found is not None else None
+    return declared.covers if declared is not None else ()
+
+
 def get_any(name: str) -> Backend:
     """Like ``find``, but an unknown name is an UnknownBackendError listing every known backend."""
     found = find(name)
