@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 
+import hwtune.probes.attention.measure as probe_measure
 import hwtune.tuner.warmup as warmup
 from hwtune.core.devices import simulated
 from hwtune.probes.attention.measure import Planned
@@ -21,7 +22,7 @@ CANDIDATES = [
 
 
 def test_searched_tactics_are_also_warmed_up_at_each_groups_longest_context(monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr(warmup, "plan_candidates", lambda w, profile, backends, **kw: CANDIDATES)
+    monkeypatch.setattr(probe_measure, "plan_candidates", lambda w, profile, backends, **kw: CANDIDATES)
     profile = simulated("h100")
     plan = plan_from_model(MODEL, tp=1, kinds=["attention"], device=profile, attention_overrides={"kv_layout": "NHD"})
     todo = warmup.jobs(plan, profile, None)
@@ -66,7 +67,7 @@ def test_a_failed_warm_up_job_is_said_in_the_notes(monkeypatch) -> None:  # noqa
 
     from hwtune.core.records import LatencyStats, MeasurementRecord
 
-    monkeypatch.setattr(warmup, "plan_candidates", lambda w, profile, backends, **kw: CANDIDATES[:3])
+    monkeypatch.setattr(probe_measure, "plan_candidates", lambda w, profile, backends, **kw: CANDIDATES[:3])
     monkeypatch.setattr(warmup, "WorkerPool", nullcontext)
 
     def measure(w, cands, **kw):  # noqa: ANN001, ANN003, ANN202
@@ -114,7 +115,7 @@ def test_jobs_that_compile_one_module_never_run_at_once(monkeypatch) -> None:  #
     from contextlib import nullcontext
 
     cands = [Planned("FLASHINFER", "fa3"), Planned("HWTUNE_TRITON_ATTN", "tuned"), Planned("TORCH_SDPA", "math")]
-    monkeypatch.setattr(warmup, "plan_candidates", lambda w, profile, backends, **kw: cands)
+    monkeypatch.setattr(probe_measure, "plan_candidates", lambda w, profile, backends, **kw: cands)
     monkeypatch.setattr(warmup, "WorkerPool", nullcontext)
     lock = threading.Lock()
     running: Counter[tuple] = Counter()
@@ -153,7 +154,7 @@ def test_a_failed_job_drops_the_rest_of_its_compile_family(monkeypatch) -> None:
     from contextlib import nullcontext
 
     cands = [Planned("FLASHINFER", "fa3"), Planned("TORCH_SDPA", "math")]
-    monkeypatch.setattr(warmup, "plan_candidates", lambda w, profile, backends, **kw: cands)
+    monkeypatch.setattr(probe_measure, "plan_candidates", lambda w, profile, backends, **kw: cands)
     monkeypatch.setattr(warmup, "WorkerPool", nullcontext)
     ran: Counter[str] = Counter()
 
