@@ -24,8 +24,7 @@ from unittest import mock
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.experiments.probe_jobs import emit, options, outcome, probe_job  # noqa: E402
-from hwtune.core.model_config import attention_spec, load_model_config  # noqa: E402
+from benchmarks.experiments.probe_jobs import emit, options, outcome, prefill_workloads, probe_job  # noqa: E402
 from hwtune.core.types import AttentionWorkload  # noqa: E402
 from hwtune.probes.attention.candidates.flashinfer import FlashInferRunner  # noqa: E402
 from hwtune.probes.timing import TimingOptions  # noqa: E402
@@ -85,18 +84,14 @@ def holistic(workload: AttentionWorkload, timing: TimingOptions) -> dict:
 
 def main() -> int:
     timing, out = options(__doc__)
-    for model, tp, shapes in CASES:
-        spec = attention_spec(load_model_config(ROOT / "tests/data/models" / model), tp)
-        for chunk, prefix in shapes:
-            w = AttentionWorkload(spec, "prefill", 1, chunk + prefix, query_len=chunk)
-            named = {"model": model, "tp": tp, "chunk": chunk, "prefix": prefix}
-            for backend, tactic in [("FLASHINFER", "holistic"), *REFERENCES]:
-                row = {**named, "backend": backend, "tactic": tactic}
-                try:
-                    r = holistic(w, timing) if tactic == "holistic" else probe_job(w, backend, tactic, timing)
-                    emit({**row, **outcome(r)}, out)
-                except Exception as exc:  # noqa: BLE001 - one failed candidate is a result, not the end of the run
-                    emit({**row, "status": "error", "message": str(exc).splitlines()[-1][:300]}, out)
+    for named, w in prefill_workloads(CASES):
+        for backend, tactic in [("FLASHINFER", "holistic"), *REFERENCES]:
+            row = {**named, "backend": backend, "tactic": tactic}
+            try:
+                r = holistic(w, timing) if tactic == "holistic" else probe_job(w, backend, tactic, timing)
+                emit({**row, **outcome(r)}, out)
+            except Exception as exc:  # noqa: BLE001 - one failed candidate is a result, not the end of the run
+                emit({**row, "status": "error", "message": str(exc).splitlines()[-1][:300]}, out)
     return 0
 
 

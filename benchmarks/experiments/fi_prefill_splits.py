@@ -24,8 +24,7 @@ from unittest import mock
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.experiments.probe_jobs import emit, options, outcome, probe_job  # noqa: E402
-from hwtune.core.model_config import attention_spec, load_model_config  # noqa: E402
+from benchmarks.experiments.probe_jobs import emit, options, outcome, prefill_workloads, probe_job  # noqa: E402
 from hwtune.core.types import AttentionWorkload  # noqa: E402
 from hwtune.probes.timing import TimingOptions  # noqa: E402
 
@@ -61,19 +60,15 @@ def measure(workload: AttentionWorkload, splits: int | None, timing: TimingOptio
 
 def main() -> int:
     timing, out = options(__doc__)
-    for model, tp, shapes in CASES:
-        spec = attention_spec(load_model_config(ROOT / "tests/data/models" / model), tp)
-        for chunk, prefix in shapes:
-            w = AttentionWorkload(spec, "prefill", 1, chunk + prefix, query_len=chunk)
-            named = {"model": model, "tp": tp, "chunk": chunk, "prefix": prefix}
-            for splits in SPLITS:
-                row = {**named, "backend": "FLASHINFER", "tactic": "fa2-tc", "splits": splits}
-                try:
-                    emit({**row, **outcome(measure(w, splits, timing))}, out)
-                except RuntimeError as exc:  # e.g. FlashInfer's split scratch overflowing the workspace
-                    emit({**row, "status": "error", "message": str(exc).splitlines()[-1][:300]}, out)
-            r = probe_job(w, "HWTUNE_TRITON_ATTN", "tuned", timing)
-            emit({**named, "backend": "HWTUNE_TRITON_ATTN", "tactic": "tuned", "splits": None, **outcome(r)}, out)
+    for named, w in prefill_workloads(CASES):
+        for splits in SPLITS:
+            row = {**named, "backend": "FLASHINFER", "tactic": "fa2-tc", "splits": splits}
+            try:
+                emit({**row, **outcome(measure(w, splits, timing))}, out)
+            except RuntimeError as exc:  # e.g. FlashInfer's split scratch overflowing the workspace
+                emit({**row, "status": "error", "message": str(exc).splitlines()[-1][:300]}, out)
+        r = probe_job(w, "HWTUNE_TRITON_ATTN", "tuned", timing)
+        emit({**named, "backend": "HWTUNE_TRITON_ATTN", "tactic": "tuned", "splits": None, **outcome(r)}, out)
     return 0
 
 

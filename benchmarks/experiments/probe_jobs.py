@@ -60,6 +60,18 @@ def decode_workloads(
             yield named, AttentionWorkload(spec, "decode", batch, ctx, query_len=spec.query_len_decode)
 
 
+def prefill_workloads(
+    cases: Sequence[tuple[str, int, Sequence[tuple[int, int]]]],
+) -> Iterator[tuple[dict, AttentionWorkload]]:
+    """Each (model config under tests/data/models, TP, (chunk, cached prefix) shapes) prefill workload of one request,
+    with the fields that name it in a result line."""
+    for model, tp, shapes in cases:
+        spec = attention_spec(load_model_config(ROOT / "tests/data/models" / model), tp)
+        for chunk, prefix in shapes:
+            named = {"model": model, "tp": tp, "chunk": chunk, "prefix": prefix}
+            yield named, AttentionWorkload(spec, "prefill", 1, chunk + prefix, query_len=chunk)
+
+
 def outcome(r: dict) -> dict:
     """A job result's fields for a result line: status, median and spread, the error's relative L2, the config the
     candidate ran, the message's start."""
