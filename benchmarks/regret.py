@@ -135,8 +135,11 @@ def as_stored(db: Path) -> None:
 
 
 def layer_kinds(info, spec) -> list | None:  # noqa: ANN001
-    """[(windowed spec, layers), (full-attention spec, layers)] for a model that mixes the two, else None."""
-    if not (spec.sliding_window and info.full_attention_layers and info.num_layers):
+    """[(windowed spec, layers), (full-attention spec, layers)] for a model that mixes the two (the tuner's own test,
+    ``plan.mixed_layer_windows``), else None."""
+    from hwtune.tuner.plan import mixed_layer_windows
+
+    if not (mixed_layer_windows(info, spec) and info.num_layers):
         return None
     full = dataclasses.replace(spec, sliding_window=None)
     return [(spec, info.num_layers - info.full_attention_layers), (full, info.full_attention_layers)]

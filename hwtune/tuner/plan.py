@@ -109,8 +109,8 @@ def _quick_backends(device: DeviceProfile | None, notes: list[str]) -> tuple[str
 
 @dataclass
 class Plan:
-    """What a tuning run measures: its items (one per workload), notes for people, the time cap per candidate, and
-    the default backends for items that name none."""
+    """What a tuning run measures: its items (one per workload), notes for people, the time cap per candidate, the
+    default backends for items that name none, and the windows of a model's kinds of layers where it mixes them."""
 
     name: str
     items: list[PlanItem]
@@ -139,7 +139,10 @@ class Plan:
 
     def other_layer_specs(self, spec: AttentionSpec) -> list[AttentionSpec]:
         """``spec`` as the model's other kinds of layers have it (their windows): what a backend measured at ``spec``
-        must serve too (``measure.plan_candidates(other_layers=)``)."""
+        must serve too (``measure.plan_candidates(other_layers=)``). Empty for a spec that is none of the model's
+        kinds (a plan file's table with a window of its own: a what-if, not a layer the engine runs)."""
+        if spec.sliding_window not in self.layer_windows:
+            return []
         return [replace(spec, sliding_window=w) for w in self.layer_windows if w != spec.sliding_window]
 
     def candidates(
@@ -153,8 +156,9 @@ class Plan:
 
     def digest(self) -> str:
         """Stable identity of the plan's content: resuming and sharing a plan across nodes key on it. The
-        default backends and the timing cap are content too: a plan that measures other backends, or times
-        them otherwise, is another plan (its results must not be skipped as already done)."""
+        default backends, the timing cap and the layer windows are content too: a plan that measures other backends,
+        times them otherwise or refuses others for the model's other layers is another plan (its results must not be
+        skipped as already done)."""
         content = {
             "items": [i.to_dict() for i in self.items],
             "time_cap_s": self.time_cap_s,

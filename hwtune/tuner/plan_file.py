@@ -103,12 +103,13 @@ def _plan_from_doc(doc: dict[str, Any], p: Path, device: DeviceProfile | None) -
         windows = windows or kinds
         items += planned
     fitting = [i for i in items if _kv_fits(i.workload, device)]  # type: ignore[arg-type]
-    notes += [
+    skipped = [
         f"skipped {i.workload.phase} batch {i.workload.batch} x {i.workload.context_len} tokens: its "  # type: ignore[union-attr]
         "KV cache does not fit in memory"
         for i in items
         if i not in fitting
     ]
+    notes += list(dict.fromkeys(skipped))  # a mixed model's two kinds of layers skip the same shapes
     items = fitting
     if "all2all" in doc:
         items += _all2all_table(_check_keys(doc["all2all"], _all2all_keys(), "[all2all]"), info)

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 from hwtune.core.devices import CPU_PROFILE, DeviceProfile
 from hwtune.core.environment import Environment, current_environment
@@ -101,6 +101,7 @@ class Tuner:
         self._stop = threading.Event()
         self._items: dict[str, PlanItem] = {i.key: i for i in plan.items}
         self._pruned_counts: Counter[str] = Counter()
+        self._refused: dict[str, frozenset[tuple[str, str]]] = {}
 
     # --- the queue ------------------------------------------------------------------------------------
 
@@ -288,11 +289,28 @@ class Tuner:
             self._measure_claimed(item, queue_id, run_id, pool, report, len(items))
             durations.append(time.monotonic() - t0)
 
+    def _measured(self, items: Iterable[PlanItem]) -> list[MeasurementRecord]:
+        """This environment's records of ``items``, less those of candidates this plan refuses at their workload: a
+        store written under older rules (before the layer-kind rule, a backend timed on the layers it can serve) must
+        not make a backend this run records unsupported look like a winner or a contender to bisection and pruning."""
+        items = list(items)
+        done = self.store.measurements(workload_keys=[i.key for i in items], environment_hash=self.env.hash())
+        refused = {i.key: self._refused_at(i) for i in items}
+        return [r for r in done if (r.backend, r.tactic) not in refused.get(r.workload_key, ())]
+
+    def _refused_at(self, item: PlanItem) -> frozenset[tuple[str, str]]:
+        """The (backend, tactic) pairs the plan records unsupported at ``item`` whatever ``--backends`` says
+        (cached: the catalogue's answer does not change during a run)."""
+        if item.key not in self._refused:
+            w = item.workload
+            planned = self.plan.candidates(w, self.profile, None) if isinstance(w, AttentionWorkload) else []
+            self._refused[item.key] = frozenset((c.backend, c.tactic) for c in planned if not c.runnable)
+        return self._refused[item.key]
+
     def _pruned(self, item: PlanItem) -> frozenset[tuple[str, str]]:
         """The candidates ``schedule.pruned`` leaves out at ``item``, counted for the report."""
         others = [i for i in self._items.values() if i.key != item.key]
-        done = self.store.measurements(workload_keys=[i.key for i in others], environment_hash=self.env.hash())
-        left_out = pruned(item, others, done)
+        left_out = pruned(item, others, self._measured(others))
         with self._lock:
             for backend, tactic in left_out:
                 self._pruned_counts[f"{backend}/{tactic}"] += 1
@@ -345,8 +363,9 @@ class Tuner:
         False when there are none. Every node computes the same items from the store, so they share them."""
         if not self.opts.bisect:
             return False
-        done = self.store.measurements(workload_keys=list(items), environment_hash=self.env.hash())
-        new = bisections(list(items.values()), done, fits=lambda i: _kv_fits(i.workload, self.profile))
+        new = bisections(
+            list(items.values()), self._measured(items.values()), fits=lambda i: _kv_fits(i.workload, self.profile)
+        )
         if not new:
             return False
         items.update({i.key: i for i in new})

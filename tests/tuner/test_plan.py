@@ -129,6 +129,29 @@ def test_a_toml_plan_of_a_mixed_model_measures_both_layer_kinds(tmp_path: Path) 
     assert single.layer_windows == () and {i.workload.spec.sliding_window for i in single.items} == {None}
 
 
+def test_a_mixed_model_plan_file_notes_each_skipped_shape_once_and_rules_only_its_own_layer_kinds(
+    tmp_path: Path,
+) -> None:
+    """Gemma-3 in a plan file: a shape too large for the device is skipped for both kinds of layers with one note, and
+    a table that sets a window of its own (a what-if, no layer the engine runs) is not held to the model's kinds."""
+    cfg = f'[model]\nconfig = "{MODELS / "gemma-3-4b-it.json"}"\n'
+    f = tmp_path / "big.toml"
+    f.write_text(cfg + '[[attention]]\nkv_layout = "NHD"\n[[attention.decode]]\nbatch = [1, 512]\ncontext = [131072]\n')
+    plan = plan_from_toml(f, device=simulated("h100"))
+    skipped = [n for n in plan.notes if n.startswith("skipped")]
+    assert skipped == ["skipped decode batch 512 x 131072 tokens: its KV cache does not fit in memory"], plan.notes
+    g = tmp_path / "whatif.toml"
+    table = '[[attention]]\nkv_layout = "NHD"\n{}[[attention.decode]]\nbatch = [1]\ncontext = [4096]\n'
+    g.write_text(cfg + table.format("sliding_window = 512\n") + table.format(""))
+    plan = plan_from_toml(g, device=simulated("h100"))
+    others = {
+        i.workload.spec.sliding_window: [s.sliding_window for s in plan.other_layer_specs(i.workload.spec)]
+        for i in plan.items
+    }
+    assert plan.layer_windows == (1024, None)
+    assert others == {512: [], 1024: [None], None: [1024]}, others
+
+
 def test_example_toml_plan() -> None:
     plan = plan_from_toml(ROOT / "examples" / "plan.toml")
     assert plan.name == "llama-3.1-8b-example" and plan.time_cap_s == 2.0

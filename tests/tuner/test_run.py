@@ -289,3 +289,45 @@ def test_a_backend_that_cannot_serve_the_other_layer_kind_is_recorded_not_timed(
         if status == "unsupported":
             assert all("cannot serve this model's 64-token sliding-window layers" in r.message for r in recs)
             assert all("TORCH_SDPA does not support it" in r.message for r in recs)
+
+
+def test_stale_timings_of_a_backend_the_plan_refuses_do_not_call_for_bisection(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """A store from before the layer-kind rule holds TORCH_SDPA timings at a mixed model's full-attention points
+    (fastest at 64 tokens, slowest at 4096). This plan refuses TORCH_SDPA there (no sliding window), so FLEX_ATTENTION
+    wins both ends and nothing crosses over: no point is bisected between them (the stale records would add some)."""
+    from hwtune.core.records import LatencyStats, MeasurementRecord
+    from hwtune.core.types import AttentionSpec, AttentionWorkload
+    from hwtune.tuner import run as run_module
+    from hwtune.tuner.plan import Plan, PlanItem
+
+    full = AttentionSpec(num_heads=4, num_kv_heads=2, head_size=32, dtype="float32", kv_layout="NHD")
+    ends = [AttentionWorkload(full, "decode", batch=1, context_len=c) for c in (64, 4096)]
+    plan = Plan(
+        name="stale", items=[PlanItem(w) for w in ends], time_cap_s=0.05,
+        backends=("TORCH_SDPA:math", "FLEX_ATTENTION"), layer_windows=(64, None),
+    )  # fmt: skip
+    state = {}
+
+    def record(w, backend, tactic, status, us, run_id):  # noqa: ANN001, ANN202
+        stats = LatencyStats.from_samples([us]) if status == "ok" else None
+        rec = MeasurementRecord("attention", w.to_dict(), w.key(), backend, tactic, status, stats=stats)
+        env = state["env"]
+        rec.environment, rec.environment_hash, rec.run_id, rec.host = env.fingerprint(), env.hash(), run_id, "h"
+        return rec
+
+    def fake_measure(w, planned, *, on_record, run_id, **_kw):  # noqa: ANN001, ANN202
+        for c in planned:
+            status = "ok" if c.runnable else "unsupported"
+            on_record(record(w, c.backend, c.tactic, status, 10.0 * w.context_len / 64, run_id))
+
+    monkeypatch.setattr(run_module, "measure_attention", fake_measure)
+    with Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}") as store:
+        tuner = Tuner(plan, store, opts(), profile=CPU_PROFILE)
+        state["env"] = tuner.env
+        store.write([record(w, "TORCH_SDPA", "math", "ok", us, "old") for w, us in zip(ends, (1.0, 1000.0))])
+        report = tuner.run()
+        contexts = {r.workload["context_len"] for r in store.measurements("attention")}
+        statuses = Counter((r.backend, r.status) for r in store.measurements(run_id=report.run_id))
+    assert report.state == "done" and contexts == {64, 4096}, (contexts, report.notes)
+    assert not any("between neighbours" in n for n in report.notes), report.notes
+    assert statuses[("TORCH_SDPA", "unsupported")] == 2  # this run recorded it refused, as the rule says
