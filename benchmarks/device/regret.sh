@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regret of hwtune's selection on other models (docs/tuning.md "Other models"): per model, the default plan tuned
+# Regret of hwtune's selection on other models (docs/regret.md): per model, the default plan tuned
 # into train.db, the off-grid oracle into oracle.db, both scored, and both stores exported as JSON Lines. Device
 # kind: nvidia-h100-x1. Carry .whl and .fi-cache.
 #

@@ -4,7 +4,7 @@ default until 2026-11-27) and of 2 (the default since), and for the factor-2 rou
 each point's candidates (those its two nearest measured neighbours on the bisected line timed and ``pruned`` keeps;
 with the contender rule, only its contenders between close neighbours) at the larger of their two ``extra.wall_s``
 there. No GPU;
-docs/tuning.md "Other models" (Gemma-2 with both layer kinds).
+docs/regret.md (Gemma-2 with both layer kinds).
 
     python benchmarks/experiments/bisect_factor.py STORE.jsonl [STORE.jsonl ...]
 """

@@ -1,6 +1,6 @@
 """FlashInfer's holistic (persistent) attention kernel, ``flashinfer.BatchAttention``, on the prefill shapes where
 hwtune's Triton kernel beat every FlashInfer tactic (issue 17: short chunks on cached prefixes, FlashInfer's best
-1.09-1.37x slower in the regret runs of 2026-11-28; docs/tuning.md "Other models"), and on long chunks, where fa3
+1.09-1.37x slower in the regret runs of 2026-11-28; docs/regret.md), and on long chunks, where fa3
 leads, for contrast.
 
 ``BatchAttention`` (flashinfer 0.6.18 ``flashinfer/attention/_core.py``) plans one persistent launch that balances

@@ -1,7 +1,7 @@
 """FlashInfer's fa2 prefill on tensor cores with other KV split sizes, against hwtune's Triton kernel, where the Triton
 kernel beat every FlashInfer tactic (issue 17: short chunks on cached prefixes; in the regret runs of 2026-11-27/28,
 Qwen3-30B-A3B at TP 4 and Llama-3.3-70B at TP 8, 8 query heads / 1 KV head per rank, 96-384 tokens on 1500-30000:
-FlashInfer's best 1.02-1.27x slower; docs/tuning.md "Other models"). Measured here: Qwen3-30B-A3B at TP 4 and
+FlashInfer's best 1.02-1.27x slower; docs/regret.md). Measured here: Qwen3-30B-A3B at TP 4 and
 Llama-3.1-8B at TP 1 (32 / 8 heads).
 
 FlashInfer's fa2 prefill plan splits each request's KV into chunks so that its (query tile, KV chunk) CTAs fit its

@@ -1,6 +1,6 @@
 """HWTUNE_TRITON_ATTN's split-KV merge inside the decode kernel (``split_kv.merge_if_last``) against the second merge
 kernel it replaced, at the decode shapes where the Triton kernel lost to FlashInfer by 3-26 % (issue 17: Mixtral-8x7B
-TP 2 and Llama-3.1-8B with an fp8 KV cache; docs/tuning.md "Other models").
+TP 2 and Llama-3.1-8B with an fp8 KV cache; docs/regret.md).
 
 Every measurement is the probe's own job (``job.run_job``, what the tuner's worker runs: correctness gate against the
 float32 reference, then the CUDA-graph timing with its L2 flush), run in this process so that the merge path can be

@@ -1,5 +1,5 @@
-"""Where HWTUNE_TRITON_MLA loses to FlashInfer's fa3 MLA decode at DeepSeek-V3 TP 8 shapes (issue 19; docs/tuning.md
-"Other models": fa3 2.5-17 % ahead at batch 1-2 below 12000 tokens, batch 8 everywhere, batch 32-128 at 700-12000).
+"""Where HWTUNE_TRITON_MLA loses to FlashInfer's fa3 MLA decode at DeepSeek-V3 TP 8 shapes (issue 19; docs/regret.md:
+fa3 2.5-17 % ahead at batch 1-2 below 12000 tokens, batch 8 everywhere, batch 32-128 at 700-12000).
 
 For each shape and candidate (FLASHINFER_FA_MLA fa3, HWTUNE_TRITON_MLA auto and tuned, each built by the probe's own
 runner code: ``build_problem`` + ``Candidate.runner`` + ``prepare``; the tuned runner searches its configs in

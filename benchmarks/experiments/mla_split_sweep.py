@@ -1,5 +1,5 @@
 """HWTUNE_TRITON_MLA's split counts searched finely, at the DeepSeek-V3 TP 8 decode shapes where FlashInfer's fa3 beat
-every config of the ``tuned`` space (issue 19; docs/tuning.md "Other models": batch 8 at 3000-20000 tokens, batch 32 at
+every config of the ``tuned`` space (issue 19; docs/regret.md: batch 8 at 3000-20000 tokens, batch 32 at
 700-12000, 128 x 3000, by 5-13 %).
 
 The ``tuned`` space tries splits {1, auto/4, auto/2, auto, 2 auto, 4 auto}: steps of 2x, so a split count that fills

@@ -1,5 +1,5 @@
 """Replay one warm-up process's job sequence, to find the CUDA illegal memory access that HWTUNE_TRITON_ATTN's
-``tuned`` warm-up jobs hit (docs/tuning.md "Other models", run (6): prefill 2048 on 34816 and 8192 on 40960 tokens,
+``tuned`` warm-up jobs hit (docs/regret.md, run (6): prefill 2048 on 34816 and 8192 on 40960 tokens,
 NHD, each in a warm-up process that had just run FlashInfer's fa3 jobs; the measuring worker measured both cleanly).
 
 In one worker process, as the warm-up runs them (``tuner/warmup.py``: small batches, ``_TINY`` timing): FlashInfer

@@ -1,6 +1,6 @@
 """FlashInfer's xqa decode with more sub-sequences per request, against hwtune's Triton kernel, where the Triton kernel
 beat xqa (issue 17: Llama-3.1-8B with an fp8 KV cache at one or two requests from 12000 tokens, 5-10 %; Mixtral-8x7B
-TP 2 bf16 at one request from 12000 tokens; docs/tuning.md "Other models").
+TP 2 bf16 at one request from 12000 tokens; docs/regret.md).
 
 xqa on Hopper splits each request's context over ``round(sm_count * 3 / (batch * kv_heads) * 0.25)`` CTAs
 (flashinfer 0.6.18 ``csrc/xqa/mha_sm90.cu``, ``nbSubSeqPerSeq``): one request with 8 KV heads gets 12 sub-sequences,
