@@ -42,7 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hwtune.core.model_config import attention_spec, load_model_config  # noqa: E402
 from hwtune.core.types import AttentionWorkload, normalize_kv_cache_dtype  # noqa: E402
-from hwtune.tuner.plan import Plan, PlanItem, plan_from_model  # noqa: E402
+from hwtune.tuner.plan import Plan, PlanItem  # noqa: E402
+from hwtune.tuner.plan_model import plan_from_model  # noqa: E402
 
 MODEL = Path(__file__).resolve().parents[1] / "tests" / "data" / "models" / "llama-3.1-8b.json"
 #: The default backends, every tactic of each (the Triton kernel's ``tuned`` search included), as ``hwtune tune``
@@ -137,7 +138,7 @@ def as_stored(db: Path) -> None:
 def layer_kinds(info, spec) -> list | None:  # noqa: ANN001
     """[(windowed spec, layers), (full-attention spec, layers)] for a model that mixes the two (the tuner's own test,
     ``plan.mixed_layer_windows``), else None."""
-    from hwtune.tuner.plan import mixed_layer_windows
+    from hwtune.tuner.plan_model import mixed_layer_windows
 
     if not (mixed_layer_windows(info, spec) and info.num_layers):
         return None

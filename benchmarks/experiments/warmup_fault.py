@@ -28,7 +28,8 @@ from hwtune.core.detect import detect  # noqa: E402
 from hwtune.core.types import AttentionWorkload  # noqa: E402
 from hwtune.probes.attention.measure import Planned, measure_attention  # noqa: E402
 from hwtune.probes.attention.worker import WorkerPool  # noqa: E402
-from hwtune.tuner.plan import PlanItem, plan_from_model  # noqa: E402
+from hwtune.tuner.plan import PlanItem  # noqa: E402
+from hwtune.tuner.plan_model import plan_from_model  # noqa: E402
 from hwtune.tuner.run import describe_item  # noqa: E402
 from hwtune.tuner.warmup import _TINY, jobs  # noqa: E402
 

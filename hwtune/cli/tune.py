@@ -135,7 +135,7 @@ def tune(
         parse_quant_dtypes,
         resolve_profile,
     )
-    from hwtune.tuner.plan import build_plan
+    from hwtune.tuner.plan_model import build_plan
 
     profile = resolve_profile(device, dry_run=dry_run)
     opts = TuneOptions(

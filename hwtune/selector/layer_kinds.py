@@ -8,7 +8,7 @@ tactics and dispatch table come from the kinds' measurements merged into one lay
 times slower on the full-attention ones at long contexts is not dispatched there. A kind nothing was measured for (a
 store tuned before both kinds were) is left out of the costs, and the selection says so. A backend must be valid for
 every kind; one rejected for a kind is rejected with that kind's reasons. ``hwtune tune`` measures both kinds for
-such a model (``tuner.plan.plan_from_model``).
+such a model (``tuner.plan_model.plan_from_model``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A layout the engine is told to use (``--kv-layout NHD`` or ``HND``) is part of the spec: selection ranks only
 backends that serve it, and never replaces it. With ``auto`` the engine may run either, so ``hwtune tune``
-measures every layout the backends support (``tuner.plan.planned_layouts``) and selection compares them: the
+measures every layout the backends support (``tuner.plan_model.planned_layouts``) and selection compares them: the
 layout whose measured choice is cheapest over the engine's workload mix wins, and the selection's spec names it
 (``Selection.kv_layout``; shown in ``--explain`` and the JSON). Without measurements of any explicit layout,
 the ``auto`` spec is selected as before, from static priorities and any records stored under ``auto``.

@@ -16,15 +16,8 @@ from hwtune.core.devices import DeviceProfile
 from hwtune.core.errors import InvalidSpecError
 from hwtune.core.model_config import ModelInfo, all2all_spec, attention_spec, load_model_config
 from hwtune.core.types import All2AllSpec, All2AllWorkload, AttentionSpec, AttentionWorkload
-from hwtune.tuner.plan import (
-    Plan,
-    PlanItem,
-    _kv_fits,
-    all2all_dtypes,
-    layer_kinds_note,
-    mixed_layer_windows,
-    planned_layouts,
-)
+from hwtune.tuner.plan import Plan, PlanItem, kv_fits
+from hwtune.tuner.plan_model import all2all_dtypes, layer_kinds_note, mixed_layer_windows, planned_layouts
 
 
 def _ints(value: Any, what: str, minimum: int = 1) -> tuple[int, ...]:
@@ -102,7 +95,7 @@ def _plan_from_doc(doc: dict[str, Any], p: Path, device: DeviceProfile | None) -
         kinds, planned = _with_full_attention_layers(planned, info, notes)
         windows = windows or kinds
         items += planned
-    fitting = [i for i in items if _kv_fits(i.workload, device)]  # type: ignore[arg-type]
+    fitting = [i for i in items if kv_fits(i.workload, device)]  # type: ignore[arg-type]
     skipped = [
         f"skipped {i.workload.phase} batch {i.workload.batch} x {i.workload.context_len} tokens: its "  # type: ignore[union-attr]
         "KV cache does not fit in memory"

@@ -30,7 +30,7 @@ from hwtune.probes.attention.measure import measure_attention
 from hwtune.probes.attention.worker import WorkerPool
 from hwtune.probes.timing import TimingOptions
 from hwtune.tuner.options import TuneOptions
-from hwtune.tuner.plan import Plan, PlanItem, _kv_fits
+from hwtune.tuner.plan import Plan, PlanItem, kv_fits
 from hwtune.tuner.schedule import PRUNE_FACTOR, bisections, narrowed, order_refinements, pruned
 
 
@@ -364,7 +364,7 @@ class Tuner:
         if not self.opts.bisect:
             return False
         new = bisections(
-            list(items.values()), self._measured(items.values()), fits=lambda i: _kv_fits(i.workload, self.profile)
+            list(items.values()), self._measured(items.values()), fits=lambda i: kv_fits(i.workload, self.profile)
         )
         if not new:
             return False

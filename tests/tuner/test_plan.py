@@ -11,8 +11,8 @@ from hwtune.core.devices import CPU_PROFILE, simulated
 from hwtune.core.errors import InvalidSpecError
 from hwtune.core.records import LatencyStats, MeasurementRecord
 from hwtune.core.types import AttentionSpec
-from hwtune.tuner.plan import QUICK_BACKENDS, build_plan, default_plan, plan_from_model
 from hwtune.tuner.plan_file import plan_from_toml
+from hwtune.tuner.plan_model import QUICK_BACKENDS, build_plan, default_plan, plan_from_model
 from hwtune.tuner.schedule import informative, order_refinements
 
 ROOT = Path(__file__).resolve().parents[2]

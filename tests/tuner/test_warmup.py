@@ -10,7 +10,7 @@ import hwtune.probes.attention.measure as probe_measure
 import hwtune.tuner.warmup as warmup
 from hwtune.core.devices import simulated
 from hwtune.probes.attention.measure import Planned
-from hwtune.tuner.plan import plan_from_model
+from hwtune.tuner.plan_model import plan_from_model
 
 MODEL = "tests/data/models/llama-3.1-8b.json"
 CANDIDATES = [
