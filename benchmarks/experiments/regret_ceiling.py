@@ -18,6 +18,11 @@ import json
 import math
 import sys
 from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.regret import scores  # noqa: E402
 
 GOAL = (1.01, 1.03, 1.15)
 
@@ -41,13 +46,6 @@ def shapes(path: str) -> dict[tuple, dict[str, float]] | None:
     return None if len(windows) > 1 else dict(best)
 
 
-def score(ratios: list[float]) -> tuple[float, float, float]:
-    """Geomean, p95 (nearest rank) and worst."""
-    xs = sorted(ratios)
-    geo = math.exp(sum(map(math.log, xs)) / len(xs))
-    return round(geo, 4), round(xs[max(0, math.ceil(0.95 * len(xs)) - 1)], 4), round(xs[-1], 4)
-
-
 def ceiling(best: dict[tuple, dict[str, float]]) -> dict:
     """Every (decode, prefill) backend assignment's score with perfect tactic dispatch."""
     backends = sorted({b for v in best.values() for b in v})
@@ -58,7 +56,8 @@ def ceiling(best: dict[tuple, dict[str, float]]) -> dict:
             b = dec if key[0] == "decode" else pre
             ratios.append(v.get(b, math.inf) / min(v.values()))
         if all(math.isfinite(x) for x in ratios):
-            rows[f"{dec} / {pre}"] = score(ratios)
+            s = scores(ratios)  # regret.py's geomean / p95 / worst
+            rows[f"{dec} / {pre}"] = (s["geomean"], s["p95"], s["worst"])
     by_worst = min(rows, key=lambda k: (rows[k][2], rows[k][0]))
     by_geo = min(rows, key=lambda k: (rows[k][0], rows[k][2]))
     meets = [k for k, s in rows.items() if all(x <= g for x, g in zip(s, GOAL))]
