@@ -20,7 +20,9 @@ class PackageRequirement:
     distribution: str
     specifier: str = ""
     why: str = ""
-    #: Alternative distributions that provide the same module (e.g. vllm's bundled flash-attn).
+    #: Alternative distributions that provide the same module, each a requirement of its own ("vllm" for vllm's
+    #: bundled flash-attn, any version; "flashinfer>=0.2.0" for the same project under its older name): the
+    #: ``specifier`` above is the primary distribution's version range and says nothing about another project's.
     alternatives: tuple[str, ...] = ()
 
     def describe(self) -> str:
@@ -91,19 +93,34 @@ def torch_cuda_version() -> str | None:
 
 def check_requirement(req: PackageRequirement) -> str | None:
     """None when satisfied, else a sentence saying what is missing and how to get it."""
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-    from packaging.version import InvalidVersion, Version
+    from packaging.requirements import Requirement
 
-    for dist in (req.distribution, *req.alternatives):
+    options = [(req.distribution, req.specifier)]
+    options += [(r.name, str(r.specifier)) for r in map(Requirement, req.alternatives)]
+    first_mismatch = None
+    for dist, specifier in options:
         version = installed_version(dist)
         if version is None:
             continue
-        if not req.specifier:
+        mismatch = _version_mismatch(dist, version, specifier)
+        if mismatch is None:
             return None
-        try:
-            if Version(version) in SpecifierSet(req.specifier):
-                return None
-        except (InvalidVersion, InvalidSpecifier):
-            return f"{dist} {version} has a version hwtune cannot parse (needs {req.specifier})"
-        return f"{dist} {version} is installed but {req.describe()} is needed" + (f" ({req.why})" if req.why else "")
+        first_mismatch = first_mismatch or mismatch
+    if first_mismatch:
+        return first_mismatch + (f" ({req.why})" if req.why else "")
     return f"{req.distribution} is not installed (pip install '{req.describe()}')"
+
+
+def _version_mismatch(dist: str, version: str, specifier: str) -> str | None:
+    """None when ``version`` of ``dist`` is in ``specifier`` (or none is given), else why not."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    if not specifier:
+        return None
+    try:
+        if Version(version) in SpecifierSet(specifier):
+            return None
+    except (InvalidVersion, InvalidSpecifier):
+        return f"{dist} {version} has a version hwtune cannot parse (needs {specifier})"
+    return f"{dist} {version} is installed but {dist}{specifier} is needed"

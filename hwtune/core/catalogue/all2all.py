@@ -270,7 +270,7 @@ FLASHINFER_NVLINK_ONE_SIDED = _single(
             "flashinfer-python",
             ">=0.5.0",
             "flashinfer.comm.trtllm_moe_alltoall.MoeAlltoAll",
-            alternatives=("flashinfer",),
+            alternatives=("flashinfer>=0.5.0",),
         ),
     ),
     {
@@ -314,7 +314,10 @@ FLASHINFER_NVLINK_TWO_SIDED = _single(
     ),
     (
         PackageRequirement(
-            "flashinfer-python", ">=0.3.0", "flashinfer.comm.trtllm_alltoall.MnnvlMoe", alternatives=("flashinfer",)
+            "flashinfer-python",
+            ">=0.3.0",
+            "flashinfer.comm.trtllm_alltoall.MnnvlMoe",
+            alternatives=("flashinfer>=0.3.0",),
         ),
     ),
     {

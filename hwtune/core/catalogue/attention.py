@@ -61,7 +61,7 @@ def sglang(value: str, **by_tactic: str) -> EngineFlags:
 
 
 FLASHINFER_PKG = PackageRequirement(
-    "flashinfer-python", ">=0.2.0", "FlashInfer attention wrappers", alternatives=("flashinfer",)
+    "flashinfer-python", ">=0.2.0", "FlashInfer attention wrappers", alternatives=("flashinfer>=0.2.0",)
 )
 
 # --- FLASHINFER ---------------------------------------------------------------------------------------------
