@@ -36,6 +36,19 @@ def _module() -> tuple[str, Any] | None:
     return None
 
 
+def _extension_missing(flavour: str, mod: Any, version: int) -> str | None:
+    """Why vllm_flash_attn cannot run FlashAttention ``version`` here: its compiled extension for that version did
+    not load (``flash_attn_interface.FA{2,3}_AVAILABLE``, read without vllm's platform check, which imports vLLM's
+    own ops); None when it loaded or the package does not say."""
+    if flavour != "vllm_flash_attn":
+        return None
+    iface = getattr(mod, "flash_attn_interface", None)
+    if getattr(iface, f"FA{version}_AVAILABLE", True):
+        return None
+    why = getattr(iface, f"FA{version}_UNAVAILABLE_REASON", None) or "no reason given"
+    return f"vllm_flash_attn's FA{version} extension (_vllm_fa{version}_C) cannot be loaded: {why}"
+
+
 class FlashAttnRunner(Runner):
     """Wraps ``flash_attn_varlen_func`` with a block table, from vllm's ``vllm_flash_attn`` (``seqused_k``,
     ``fa_version``) or else Dao-AILab's ``flash_attn`` (FA2 only, ``cu_seqlens_k``, pages of 256); not graph-safe."""
@@ -57,6 +70,7 @@ class FlashAttnRunner(Runner):
                 "support s_aux'; Dao-AILab's flash_attn has no sink argument)"
             )
         self.problem: AttentionProblem | None = None
+        self.schedule: Any = None  # FA3's tile schedule, made in prepare (vllm_flash_attn FA3 only)
 
     def prepare(self, p: AttentionProblem) -> None:
         if p.layout != "NHD":
@@ -72,12 +86,38 @@ class FlashAttnRunner(Runner):
         # the problem's sinks are bf16 values, so nothing is rounded
         self.s_aux = None if p.sinks is None else p.sinks.to(torch.bfloat16).contiguous()
         self.cu_k = torch.cat([torch.zeros(1, dtype=torch.int32, device=p.q.device), p.seq_lens.cumsum(0)]).int()
+        self.schedule = self._schedule(p) if self.flavour == "vllm_flash_attn" and self.version == 3 else None
+
+    def _schedule(self, p: AttentionProblem) -> Any:
+        """FA3's tile schedule for this batch, made ahead of the call as vLLM's FlashAttention metadata builder makes
+        it once per step (``aot_schedule``, vllm v1/attention/backends/flash_attn.py; ``num_splits=0``: FA3's own
+        split heuristic, as outside CUDA graphs); without it each call would first run FA3's scheduling kernel."""
+        spec = p.spec
+        return self.mod.get_scheduler_metadata(
+            batch_size=p.batch,
+            max_seqlen_q=p.max_query_len,
+            max_seqlen_k=p.max_seq_len,
+            num_heads_q=spec.num_heads,
+            num_heads_kv=spec.num_kv_heads,
+            headdim=spec.head_size,
+            cache_seqlens=p.seq_lens,
+            qkv_dtype=p.q.dtype,
+            cu_seqlens_q=p.query_start_loc,
+            page_size=p.page_size,
+            causal=True,
+            window_size=self._window(p),
+            num_splits=0,
+        )
+
+    @staticmethod
+    def _window(p: AttentionProblem) -> tuple[int, int]:
+        return (-1, -1) if p.spec.sliding_window is None else (p.spec.sliding_window - 1, 0)
 
     def run(self) -> None:
         p = self.problem
         assert p is not None and self.out is not None and self.lse is not None
         spec = p.spec
-        window = (-1, -1) if spec.sliding_window is None else (spec.sliding_window - 1, 0)
+        window = self._window(p)
         common: dict[str, Any] = dict(
             max_seqlen_q=p.max_query_len,
             max_seqlen_k=p.max_seq_len,
@@ -97,6 +137,7 @@ class FlashAttnRunner(Runner):
                 return_softmax_lse=True,
                 fa_version=self.version,
                 out=self.out,
+                **({"scheduler_metadata": self.schedule} if self.schedule is not None else {}),
                 **({"s_aux": self.s_aux} if self.s_aux is not None else {}),
                 **common,
             )
@@ -123,8 +164,11 @@ class FlashAttnCandidate(Candidate):
     def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:
         if device != "cuda":
             return "FlashAttention runs on CUDA GPUs only"
-        if _module() is None:
+        found = _module()
+        if found is None:
             return "flash_attn is not installed (neither vllm's vllm_flash_attn nor Dao-AILab's flash_attn)"
+        if reason := _extension_missing(*found, _VERSIONS.get(tactic, 0)):
+            return reason
         if workload.spec.kv_cache_dtype.startswith("fp8"):
             return "hwtune's FLASH_ATTN candidate does not pass fp8 descale factors yet"
         return None
