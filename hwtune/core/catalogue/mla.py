@@ -9,10 +9,12 @@ hwtune/core/catalogue/engines: vLLM 0.33.0 also tries FLASH_ATTN_MLA and TOKENSP
 TRITON_MLA first). The KV block sizes a kernel accepts are part of every record (vLLM 0.33.0's
 ``get_supported_kernel_block_sizes`` where the record mirrors a vLLM backend): block size is part of the choice.
 
-FLASHINFER_MLA, TRITON_MLA, CUTLASS_MLA and FLASHMLA ship inside vLLM (and FlashInfer): hwtune does not run them;
-measurements imported into the store rank them. hwtune measures three MLA records itself (docs/probes.md, "MLA"):
-FLASHINFER_FA_MLA (FlashInfer's BatchMLAPagedAttentionWrapper, fa2/fa3: SGLang's flashinfer MLA backend; vLLM
-has no dense backend on it), HWTUNE_TRITON_MLA (hwtune's own Triton kernel, docs/kernels.md; no engine can load it)
+FLASHINFER_MLA, TRITON_MLA and CUTLASS_MLA ship inside vLLM (and FlashInfer): hwtune does not run them;
+measurements imported into the store rank them. hwtune measures four MLA records itself (docs/probes.md, "MLA"):
+FLASHMLA's decode where vLLM is installed (``vllm._flashmla_C``, Hopper, 64-token pages; its prefill is vLLM's MLA
+prefill path, not FlashMLA), FLASHINFER_FA_MLA (FlashInfer's BatchMLAPagedAttentionWrapper, fa2/fa3: SGLang's
+flashinfer MLA backend; vLLM has no dense backend on it), HWTUNE_TRITON_MLA (hwtune's own Triton kernel,
+docs/kernels.md; no engine can load it)
 and HWTUNE_TORCH_MLA (absorbed MLA in PyTorch ops, the CPU path).
 
 Prefill is measured in both forms. The absorbed tactics (fa2, fa3, auto, eager) run prefill as a longer decode;
@@ -82,10 +84,12 @@ def _mla(
     *,
     order: dict[str, int],
     sglang_flags: EngineFlags,
+    probe: Probe | None = None,
 ) -> Backend:
     return Backend(
         name=name,
         kind="attention",
+        probe=probe,
         summary=summary,
         rules=rules,
         packages=packages,
@@ -182,6 +186,7 @@ FLASHMLA = _mla(
     },
     order=dict(blackwell=2, others=0),
     sglang_flags=sglang("flashmla"),
+    probe=Probe(f"{PROBES}.mla_flashmla:FlashMlaCandidate", ("vllm",)),
 )
 
 TRITON_MLA = _mla(
