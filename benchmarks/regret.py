@@ -6,7 +6,8 @@ Per model (``--model CONFIG[:TP]``, repeatable; default Llama-3.1-8B at TP 1), i
    HWTUNE_TRITON_ATTN, for MLA FLASHINFER_FA_MLA and HWTUNE_TRITON_MLA, each with every tactic as the product's
    default tune runs them; ``all`` for every valid backend)
    in one KV layout (``--kv-layout``, default NHD) and one KV-cache dtype (``--kv-cache-dtype``, default auto: the
-   model's; ``fp8`` scores an fp8 cache, into ``OUT/<model>-tp<TP>-kvfp8_e4m3/``).
+   model's; ``fp8`` scores an fp8 cache, into ``OUT/<model>-tp<TP>-kvfp8_e4m3/``) and one KV block size
+   (``--block-size``, default the spec's 16; 64 measures FLASHMLA, into ``OUT/<model>-tp<TP>-bs64/``).
 3. ``oracle``: measure >= 30 other workloads (decode batch x context, prefill chunk x cached prefix, between
    and beyond the plan's points) exhaustively with the same candidates into oracle.db. For a model of windowed and
    full-attention layers (gpt-oss, Gemma-2/3: ``layer_kinds``) every shape is measured for both kinds and a
@@ -311,7 +312,8 @@ def _models(args: argparse.Namespace) -> list[tuple[Path, int, Path]]:
         path, _, tp = entry.partition(":")
         cfg = Path(path)
         kv = "" if args.kv_cache_dtype == "auto" else f"-kv{normalize_kv_cache_dtype(args.kv_cache_dtype)}"
-        out.append((cfg, int(tp or 1), args.out / f"{cfg.stem}-tp{tp or 1}{kv}"))
+        bs = f"-bs{args.block_size}" if args.block_size else ""
+        out.append((cfg, int(tp or 1), args.out / f"{cfg.stem}-tp{tp or 1}{kv}{bs}"))
     return out
 
 
@@ -333,7 +335,7 @@ def measure_model(cfg: Path, tp: int, out: Path, steps: set[str], args: argparse
     mla = attention_spec(load_model_config(cfg), tp).use_mla
     chosen = args.backends or ",".join(MLA_BACKENDS if mla else BACKENDS)
     backends = None if chosen == "all" else tuple(chosen.split(","))
-    overrides = {"kv_layout": args.kv_layout, "kv_cache_dtype": args.kv_cache_dtype}
+    overrides = _overrides(args)
     result["device"] = profile.describe()
     if "quick" in steps:
         quick = plan_from_model(cfg, tp=tp, kinds=["attention"], quick=True, device=profile)
@@ -369,6 +371,12 @@ def measure_model(cfg: Path, tp: int, out: Path, steps: set[str], args: argparse
         _check("oracle", result["oracle_tune"])
 
 
+def _overrides(args: argparse.Namespace) -> dict:
+    """The spec fields every step tunes, measures and scores with (the block size only where one is given)."""
+    out = {"kv_layout": args.kv_layout, "kv_cache_dtype": args.kv_cache_dtype}
+    return {**out, "block_size": args.block_size} if args.block_size else out
+
+
 def report(cfg: Path, tp: int, result: dict) -> None:
     """One model's policies, printed."""
     print(f"== {cfg.stem} tp{tp}: {result['selection']['backend']} per phase {result['selection']['per_phase']}")
@@ -393,6 +401,13 @@ def main() -> int:
     )
     p.add_argument("--kv-layout", default="NHD", help="the layout tuned and scored (NHD, HND or auto)")
     p.add_argument("--kv-cache-dtype", default="auto", help="the KV-cache dtype tuned and scored (auto, fp8, ...)")
+    p.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        help="the KV block size tuned, measured and scored (default: the model spec's, 16); outputs go to "
+        "<model>-tp<TP>[-kv<dtype>]-bs<size>/",
+    )
     p.add_argument("--oracle-time-cap", type=float, default=1.0, help="seconds of timing per oracle candidate")
     p.add_argument(
         "--steps",
@@ -441,6 +456,7 @@ def main() -> int:
             tp=tp,
             kv_layout=args.kv_layout,
             kv_cache_dtype=args.kv_cache_dtype,
+            **({"block_size": args.block_size} if args.block_size else {}),
         )
         if not args.score_only:
             try:
@@ -453,7 +469,7 @@ def main() -> int:
         if "score" not in steps and not args.score_only:
             continue
         info = load_model_config(cfg)
-        spec = attention_spec(info, tp, kv_layout=args.kv_layout, kv_cache_dtype=args.kv_cache_dtype)
+        spec = attention_spec(info, tp, **_overrides(args))
         if args.as_stored:
             as_stored(out / "train.db")
         kinds = None if args.windowed_only else layer_kinds(info, spec)

@@ -1,13 +1,15 @@
 # Sourced first by every device script (kernels.sh, all2all.sh, probes.sh, tune.sh); feeds no figure itself.
 # Installs the carried wheels in .whl/ (flashinfer, sqlalchemy, alembic, platformdirs: the device machines
-# have no network) into a temp dir, puts that dir and the repository on PYTHONPATH, points FlashInfer's JIT
+# have no network) into a temp dir, with vLLM's attention kernels where .vllm/ holds a bundle (vllm_bundle.sh;
+# FLASH_ATTN fa3 and FLASHMLA), puts that dir and the repository on PYTHONPATH, points FlashInfer's JIT
 # cache at $FLASHINFER_WORKSPACE_BASE (default /tmp/fi-ws), turns NVLink multicast off (NCCL NVLS, torch
 # symmetric memory, NVSHMEM), creates $OUT (default /tmp/out) and prints the GPU (name, driver, memory, max SM
 # clock) and the torch / triton / flashinfer versions: the provenance a result file needs.
 t=$(mktemp -d) && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target "$t" .whl/*.whl && export PYTHONPATH="$t:$PWD" || return 1
+for b in .vllm/*.tar.xz; do [ -f "$b" ] && { tar -C "$t" -xJf "$b" || return 1; }; done
 export FLASHINFER_WORKSPACE_BASE="${FLASHINFER_WORKSPACE_BASE:-/tmp/fi-ws}"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
-python3 -c "import torch, triton, flashinfer; print('torch', torch.__version__, 'triton', triton.__version__, 'flashinfer', flashinfer.__version__, 'gpus', torch.cuda.device_count())"
+python3 -c "import torch, triton, flashinfer; import importlib.metadata as m, importlib.util as u; v = m.version('vllm') if u.find_spec('vllm') else None; print('torch', torch.__version__, 'triton', triton.__version__, 'flashinfer', flashinfer.__version__, 'vllm', v, 'gpus', torch.cuda.device_count())"
