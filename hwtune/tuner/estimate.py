@@ -9,6 +9,7 @@ from hwtune.core import catalogue
 from hwtune.core.devices import DeviceProfile
 from hwtune.core.types import AttentionWorkload
 from hwtune.tuner.plan import Plan
+from hwtune.tuner.schedule import narrowed
 
 
 def _compile_seconds(backend: str, tactic: str, first: bool = True) -> float:
@@ -75,7 +76,7 @@ def estimate_seconds(
         if not isinstance(item.workload, AttentionWorkload):
             seconds += 8 * (5 + plan.time_cap_s)
             continue
-        names = item.backends or backends or plan.backends
+        names = narrowed(item, backends or plan.backends)
         planned = plan.candidates(item.workload, profile, names, assume_installed=profile.simulated)
         cands = [c for c in planned if c.runnable]
         for c in cands:

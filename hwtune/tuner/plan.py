@@ -28,9 +28,10 @@ MEMORY_FRACTION = 0.35
 @dataclass(frozen=True)
 class PlanItem:
     """One workload of a plan, its grid level (0 coarse, 1 refinement) and the backends to try (None: the plan's
-    default). ``contenders``: the backends are a bisection point's contenders (``name:tactic``, chosen from the store's
-    timings), which the run's and the plan's backends still bound (``schedule.narrowed``); a plan section's own
-    backends are not."""
+    default). ``contenders``: hwtune chose the backends (a bisection point's contenders, ``name:tactic``, from the
+    store's timings; or the backends planned at a block size of their own, ``plan_model.own_block_size_items``), so
+    the run's and the plan's backends still bound them (``schedule.narrowed``); a plan section's own backends are
+    not."""
 
     workload: Workload
     level: int = 0

@@ -20,6 +20,8 @@ from hwtune.core.types import (
     AttentionWorkload,
     normalize_quant_dtype,
 )
+from hwtune.core.validation import check
+from hwtune.selector.block_sizes import PAGE_SIZES
 from hwtune.tuner.plan import MEMORY_FRACTION, Plan, PlanItem, kv_fits
 
 # Grids. Coarse points come first; refinement points sit between them (log-spaced).
@@ -197,6 +199,8 @@ def plan_from_model(
         items += attention_items(
             spec, max_num_seqs=max_num_seqs, max_model_len=mml, quick=quick, device=device, notes=notes
         )
+        if (attention_overrides or {}).get("block_size") is None:
+            items += own_block_size_items(items, spec, device, notes)
         layer_windows = mixed_layer_windows(info, spec)
         if layer_windows:
             more: list[str] = []
@@ -225,6 +229,39 @@ def plan_from_model(
         backends=_quick_backends(device, notes) if quick else None,
         layer_windows=layer_windows,
     )
+
+
+def own_block_size_items(
+    items: list[PlanItem], spec: AttentionSpec, device: DeviceProfile | None, notes: list[str]
+) -> list[PlanItem]:
+    """With no block size given, ``items`` (``spec``'s attention workloads) again at the page size of each runnable
+    backend that cannot page the cache by ``spec``'s size (FLASHMLA pages by 64 only), for that backend alone:
+    selection reads each backend at the size the engine runs it at (issue 19), so it needs those measurements. Only
+    backends valid on ``device`` there (packages aside: a missing one is stored with its reason); the run's
+    ``--backends`` still bound them, as a bisection point's contenders (``PlanItem.contenders``). None without a
+    device."""
+    if device is None or spec.block_size is None:
+        return []
+    by_size: dict[int, list[str]] = {}
+    for b in catalogue.backends("attention"):
+        rule = b.rules.block_sizes
+        if b.probe is None or rule is None or rule.allows(spec.block_size):
+            continue
+        size = next((s for s in PAGE_SIZES if rule.allows(s)), None)
+        if size is not None and not check(b, replace(spec, block_size=size), device, assume_installed=True):
+            by_size.setdefault(size, []).append(b.name)
+    out: list[PlanItem] = []
+    for size, names in sorted(by_size.items()):
+        for it in items:
+            w = it.workload
+            if isinstance(w, AttentionWorkload):
+                at = replace(w, spec=replace(w.spec, block_size=size))
+                out.append(PlanItem(at, it.level, tuple(names), contenders=True))
+        notes.append(
+            f"{', '.join(names)} pages the KV cache by {size} tokens, not {spec.block_size}: its workloads are "
+            f"measured at block size {size} too (--block-size N measures every backend at N only)"
+        )
+    return out
 
 
 def mixed_layer_windows(info: ModelInfo | None, spec: AttentionSpec) -> tuple[int | None, ...]:

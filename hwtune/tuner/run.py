@@ -396,5 +396,7 @@ def describe_item(item: PlanItem) -> str:
     if isinstance(w, AttentionWorkload):
         q = f" q{w.query_len}" if w.phase != "decode" else ""
         layout = f" {w.spec.kv_layout}" if w.spec.kv_layout != "auto" else ""
-        return f"attention {w.phase} b{w.batch} ctx{w.context_len}{q}{layout}"
+        block = f" block {w.spec.block_size}" if w.spec.block_size not in (None, 16) else ""
+        only = f" ({', '.join(item.backends)})" if item.backends and not item.contenders else ""
+        return f"attention {w.phase} b{w.batch} ctx{w.context_len}{q}{layout}{block}{only}"
     return f"all2all ep{w.spec.ep_size} {w.spec.quant_dtype} {w.tokens_per_rank} tok/rank"  # type: ignore[union-attr]

@@ -34,6 +34,7 @@ from hwtune.probes.attention.worker import WorkerPool
 from hwtune.probes.timing import TimingOptions
 from hwtune.tuner.plan import Plan, PlanItem
 from hwtune.tuner.run import describe_item
+from hwtune.tuner.schedule import narrowed
 
 #: Statuses of a warm-up job whose kernels may not have compiled: the failures but a wrong answer, which ran them.
 UNCOMPILED = FAILED - {"wrong_answer"}
@@ -85,7 +86,7 @@ def jobs(
         w = item.workload
         if not isinstance(w, AttentionWorkload):
             continue
-        for c in plan.candidates(w, profile, item.backends or backends, assume_installed=assume_installed):
+        for c in plan.candidates(w, profile, narrowed(item, backends), assume_installed=assume_installed):
             key = (w.spec, w.phase, w.query_len if w.phase == "decode" else 0, c.backend, c.tactic)
             if c.runnable and not catalogue.get("attention", c.backend).compile_per_shape and key not in seen:
                 seen.add(key)

@@ -434,3 +434,35 @@ def test_the_estimate_runs_the_warm_up_in_parallel_and_compiles_a_module_once() 
     every = (None, 1), (None, 4)
     serial, parallel = (warmup_seconds(plan, h100, b, parallel=p) for b, p in every)
     assert parallel < serial / 2
+
+
+def test_a_backend_that_pages_by_another_size_is_planned_at_it_unless_a_size_is_given() -> None:
+    """DeepSeek-V3 on Hopper: FLASHMLA pages by 64 only, so with no block size given its workloads are planned at 64
+    too, for it alone and bounded by the run's backends; a given size plans that size only; where FLASHMLA is not
+    valid (Blackwell: dense FlashMLA is Hopper-only), nothing is added (issue 19)."""
+    from hwtune.tuner.schedule import narrowed
+
+    cfg = MODELS / "deepseek-v3.json"
+    plan = plan_from_model(cfg, tp=8, kinds=["attention"], device=simulated("h100"))
+    at = Counter(i.workload.spec.block_size for i in plan.items)
+    assert at[64] == at[16] > 0
+    extra = [i for i in plan.items if i.workload.spec.block_size == 64]
+    assert all(i.backends == ("FLASHMLA",) and i.contenders for i in extra)
+    assert any("FLASHMLA pages the KV cache by 64 tokens" in n for n in plan.notes)
+    assert narrowed(extra[0], ("FLASHINFER_FA_MLA",)) == () and narrowed(extra[0], None) == ("FLASHMLA",)
+    from dataclasses import replace
+
+    from hwtune.tuner.estimate import estimate_seconds
+
+    h100, others = simulated("h100"), ("FLASHINFER_FA_MLA", "HWTUNE_TRITON_MLA")
+    without = replace(plan, items=[i for i in plan.items if i not in extra])
+    assert estimate_seconds(plan, h100, others) == estimate_seconds(without, h100, others)  # bounded there too
+    assert estimate_seconds(plan, h100) > estimate_seconds(without, h100)
+    given = plan_from_model(
+        cfg, tp=8, kinds=["attention"], device=simulated("h100"), attention_overrides={"block_size": 64}
+    )
+    assert {i.workload.spec.block_size for i in given.items} == {64} and not any(i.backends for i in given.items)
+    blackwell = plan_from_model(cfg, tp=8, kinds=["attention"], device=simulated("b200"))
+    assert {i.workload.spec.block_size for i in blackwell.items} == {16}
+    dense = plan_from_model(MODELS / "llama-3.1-8b.json", kinds=["attention"], device=simulated("h100"))
+    assert {i.workload.spec.block_size for i in dense.items} == {16}
