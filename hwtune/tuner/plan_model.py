@@ -234,8 +234,9 @@ def plan_from_model(
 def own_block_size_items(
     items: list[PlanItem], spec: AttentionSpec, device: DeviceProfile | None, notes: list[str]
 ) -> list[PlanItem]:
-    """With no block size given, ``items`` (``spec``'s attention workloads) again at the page size of each runnable
-    backend that cannot page the cache by ``spec``'s size (FLASHMLA pages by 64 only), for that backend alone:
+    """With no block size given, ``items`` (``spec``'s attention workloads, of the phases each candidate measures)
+    again at the page size of each runnable backend that cannot page the cache by ``spec``'s size (FLASHMLA pages by
+    64 only, and measures decode only), for that backend alone:
     selection reads each backend at the size the engine runs it at (issue 19), so it needs those measurements. Only
     backends valid on ``device`` there (packages aside: a missing one is stored with its reason); the run's
     ``--backends`` still bound them, as a bisection point's contenders (``PlanItem.contenders``). None without a
@@ -252,9 +253,10 @@ def own_block_size_items(
             by_size.setdefault(size, []).append(b.name)
     out: list[PlanItem] = []
     for size, names in sorted(by_size.items()):
+        probes = [catalogue.get("attention", name).probe for name in names]
         for it in items:
             w = it.workload
-            if isinstance(w, AttentionWorkload):
+            if isinstance(w, AttentionWorkload) and any(p and p.measures(w.phase) for p in probes):
                 at = replace(w, spec=replace(w.spec, block_size=size))
                 out.append(PlanItem(at, it.level, tuple(names), contenders=True))
         notes.append(

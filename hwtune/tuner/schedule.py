@@ -266,6 +266,8 @@ def bisections(
                         continue
                     coords = (mid, p[1]) if axis == 0 else (p[0], mid)
                     item = _at(points[p], points[q], *coords, measure)
+                    if item.backends == ():  # no contender is one its neighbours measure: nothing to measure here
+                        continue
                     if item.key not in known and fits(item):
                         new[item.key] = _merge(new.get(item.key), item)
     return list(new.values())

@@ -24,3 +24,15 @@ def test_off_cuda_the_candidate_is_unavailable() -> None:
 
     w = AttentionWorkload(AttentionSpec(32, 8, 128), "decode", 2, 64)
     assert flash_attn.FlashAttnCandidate().unavailable(w, "fa3", "cpu") == "FlashAttention runs on CUDA GPUs only"
+
+
+def test_a_package_that_fails_to_import_is_a_reason_not_a_crash(monkeypatch) -> None:
+    from hwtune.core.types import AttentionSpec, AttentionWorkload
+
+    def broken() -> None:
+        raise ImportError("vllm.vllm_flash_attn requires the CUDA flash attention extensions")
+
+    monkeypatch.setattr(flash_attn, "_module", broken)
+    w = AttentionWorkload(AttentionSpec(32, 8, 128), "decode", 2, 64)
+    why = flash_attn.FlashAttnCandidate().unavailable(w, "fa3", "cuda")
+    assert why is not None and "cannot be imported" in why and "extensions" in why

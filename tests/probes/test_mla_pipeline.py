@@ -214,6 +214,9 @@ def test_flashmla_is_planned_at_its_page_size_and_for_decode_only() -> None:
     )
     with pytest.raises(Unsupported, match="decode kernel"):
         cand.runner(AttentionWorkload(page64, "prefill", 1, 512, query_len=512), "default", "cuda")
+    prefill = AttentionWorkload(page64, "prefill", 1, 512, query_len=512)
+    [refused] = plan_candidates(prefill, gpu, ["FLASHMLA"], assume_installed=True)  # recorded with why, no worker
+    assert not refused.runnable and "in decode only" in refused.reasons[0]
 
 
 # --- GPU: every MLA candidate at DeepSeek-V3 shapes ------------------------------------------------------------

@@ -344,3 +344,16 @@ def test_a_backend_that_wins_one_phase_has_its_tactic_crossovers_located_in_the_
     [new] = bisections([lo, hi, pre], rec)
     assert new.workload.phase == "decode" and new.contenders
     assert set(new.backends) == {"HWTUNE_TRITON_ATTN:tuned", "FLASHINFER:xqa", "FLASHINFER:fa2"}
+
+
+def test_a_point_whose_contenders_its_neighbours_do_not_measure_is_not_added() -> None:
+    """Items planned for one backend (FLASHMLA at its own block size) between neighbours where other backends,
+    timed by another run of the store, cross: the contenders are none of the items' backends, so nothing is added
+    (an empty list once read as "no list", which measured every backend)."""
+    lo, hi = decode(1, 2048), decode(1, 2048 * WIDE_FACTOR // 2)
+    lo, hi = (PlanItem(i.workload, 0, ("FLASHMLA",), contenders=True) for i in (lo, hi))
+    rec = timed(lo, xqa=10.0, fa2=12.0) + timed(hi, xqa=30.0, fa2=25.0)
+    assert bisections([lo, hi], rec) == []
+    rec += timed(lo, "FLASHMLA", default=11.0) + timed(hi, "FLASHMLA", default=26.0)
+    [new] = bisections([lo, hi], rec)  # FLASHMLA a contender at both ends: measured, and only it
+    assert new.backends == ("FLASHMLA:default",) and narrowed(new, None) == ("FLASHMLA:default",)

@@ -437,15 +437,16 @@ def test_the_estimate_runs_the_warm_up_in_parallel_and_compiles_a_module_once() 
 
 
 def test_a_backend_that_pages_by_another_size_is_planned_at_it_unless_a_size_is_given() -> None:
-    """DeepSeek-V3 on Hopper: FLASHMLA pages by 64 only, so with no block size given its workloads are planned at 64
-    too, for it alone and bounded by the run's backends; a given size plans that size only; where FLASHMLA is not
+    """DeepSeek-V3 on Hopper: FLASHMLA pages by 64 only, so with no block size given its (decode) workloads are planned
+    at 64 too, for it alone and bounded by the run's backends; a given size plans that size only; where FLASHMLA is not
     valid (Blackwell: dense FlashMLA is Hopper-only), nothing is added (issue 19)."""
     from hwtune.tuner.schedule import narrowed
 
     cfg = MODELS / "deepseek-v3.json"
     plan = plan_from_model(cfg, tp=8, kinds=["attention"], device=simulated("h100"))
-    at = Counter(i.workload.spec.block_size for i in plan.items)
-    assert at[64] == at[16] > 0
+    at = Counter((i.workload.spec.block_size, i.workload.phase) for i in plan.items)
+    assert at[64, "decode"] == at[16, "decode"] > 0 and at[16, "prefill"] > 0  # FLASHMLA measures decode only
+    assert not at[64, "prefill"] and not at[64, "mixed"]
     extra = [i for i in plan.items if i.workload.spec.block_size == 64]
     assert all(i.backends == ("FLASHMLA",) and i.contenders for i in extra)
     assert any("FLASHMLA pages the KV cache by 64 tokens" in n for n in plan.notes)

@@ -221,6 +221,15 @@ class Probe:
 
     ref: str
     modules: tuple[str, ...] = ()
+    #: The phases the candidate measures where they are fewer than the record's (None: every phase), and why not the
+    #: others: vLLM's FLASHMLA backend serves prefill too, through vLLM's MLA prefill path, not FlashMLA's kernel.
+    phases: frozenset[str] | None = None
+    phases_why: str = ""
+
+    def measures(self, phase: str) -> bool:
+        """Whether the candidate measures a workload of ``phase`` (a mixed batch needs decode and prefill)."""
+        need = {"decode", "prefill"} if phase == "mixed" else {phase}
+        return self.phases is None or need <= self.phases
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,13 @@ FLASHMLA = _mla(
     },
     order=dict(blackwell=2, others=0),
     sglang_flags=sglang("flashmla"),
-    probe=Probe(f"{PROBES}.mla_flashmla:FlashMlaCandidate", ("vllm",)),
+    probe=Probe(
+        f"{PROBES}.mla_flashmla:FlashMlaCandidate",
+        ("vllm",),
+        phases=DECODE,
+        phases_why="FlashMLA is a decode kernel: vLLM runs MLA prefill through its non-absorbed prefill path (measured "
+        "as FLASHINFER_FA_MLA's mha-* tactics), never through FlashMLA",
+    ),
 )
 
 TRITON_MLA = _mla(

@@ -82,6 +82,10 @@ def plan_candidates(
             continue  # not even a candidate: listed in `select` rejections instead
         backend_reasons = [r.message for r in check(b, workload.spec, device, assume_installed=assume_installed)]
         backend_reasons = backend_reasons or _other_layer_reasons(b, other_layers, device, assume_installed)
+        if not backend_reasons and b.probe is not None and not b.probe.measures(workload.phase):
+            backend_reasons = [
+                f"hwtune measures {b.name} in {', '.join(sorted(b.probe.phases or ()))} only: {b.probe.phases_why}"
+            ]
         for t in b.tactics:
             if not all(p in t.phases for p in phases) or (only and t.name not in only[b.name]):
                 continue

@@ -91,7 +91,9 @@ class FlashAttnRunner(Runner):
     def _schedule(self, p: AttentionProblem) -> Any:
         """FA3's tile schedule for this batch, made ahead of the call as vLLM's FlashAttention metadata builder makes
         it once per step (``aot_schedule``, vllm v1/attention/backends/flash_attn.py; ``num_splits=0``: FA3's own
-        split heuristic, as outside CUDA graphs); without it each call would first run FA3's scheduling kernel."""
+        split heuristic, as outside CUDA graphs); without it each call would first run FA3's scheduling kernel. vLLM
+        makes none for a model of more than one sliding-window size (gpt-oss, Gemma-2/3), whose calls schedule
+        themselves: this runner leaves that cost out there."""
         spec = p.spec
         return self.mod.get_scheduler_metadata(
             batch_size=p.batch,
@@ -164,7 +166,11 @@ class FlashAttnCandidate(Candidate):
     def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:
         if device != "cuda":
             return "FlashAttention runs on CUDA GPUs only"
-        found = _module()
+        try:
+            found = _module()
+        except Exception as exc:  # vllm's import, or vllm_flash_attn's when neither extension loads
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            return f"FlashAttention cannot be imported here: {type(exc).__name__}: {first}"
         if found is None:
             return "flash_attn is not installed (neither vllm's vllm_flash_attn nor Dao-AILab's flash_attn)"
         if reason := _extension_missing(*found, _VERSIONS.get(tactic, 0)):

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from hwtune.core import catalogue
 from hwtune.core.types import AttentionWorkload
 from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported
 from hwtune.probes.attention.candidates.mla_base import MlaRunner, as_mla
@@ -61,11 +62,15 @@ class FlashMlaRunner(MlaRunner):
         old = self.meta
         self.meta = self.fm.get_mla_metadata()[0]
         self._call()  # the first call on a fresh schedule makes it (not timed)
-        if old is not None and old.tile_scheduler_metadata.shape == self.meta.tile_scheduler_metadata.shape:
-            old.tile_scheduler_metadata.copy_(self.meta.tile_scheduler_metadata)
-            old.num_splits.copy_(self.meta.num_splits)
-            old.config = self.meta.config
-            self.meta = old  # the captured graph's tensors, holding this batch's schedule
+        if old is not None:  # a later batch of the same shapes: its schedule into the captured graph's tensors
+            new = self.meta
+            same = (old.tile_scheduler_metadata.shape, old.num_splits.shape)
+            if same != (new.tile_scheduler_metadata.shape, new.num_splits.shape):
+                raise RuntimeError("FlashMLA's schedule changed shape between two batches of the same shapes")
+            old.tile_scheduler_metadata.copy_(new.tile_scheduler_metadata)
+            old.num_splits.copy_(new.num_splits)
+            old.config = new.config
+            self.meta = old
 
     def _call(self) -> None:
         p = self.problem
@@ -83,9 +88,9 @@ class FlashMlaRunner(MlaRunner):
             causal=p.causal,
             out=self.out.view(b, 1, s * h, -1),  # the kernel's own layout: (batch, kv heads, tokens x heads, 512)
         )
-        if tuple(lse.shape) == (b, h, s):  # the documented (batch, heads, query tokens)
-            lse = lse.transpose(1, 2)
-        self.lse.view(b, s, h).copy_(lse.reshape(b, s, h))
+        if tuple(lse.shape) != (b, h, s):  # the documented (batch, heads, query tokens)
+            raise RuntimeError(f"FlashMLA returned an LSE of shape {tuple(lse.shape)}, not {(b, h, s)}")
+        self.lse.view(b, s, h).copy_(lse.transpose(1, 2))
 
     def run(self) -> None:
         self._call()
@@ -114,9 +119,7 @@ class FlashMlaCandidate(Candidate):
     def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
         if tactic != "default":
             raise Unsupported(f"FLASHMLA has one tactic, 'default' (not {tactic!r})")
-        if workload.phase != "decode":
-            raise Unsupported(
-                "FlashMLA is a decode kernel: vLLM runs MLA prefill through its non-absorbed prefill path (measured "
-                "as FLASHINFER_FA_MLA's mha-* tactics), never through FlashMLA"
-            )
+        probe = catalogue.get("attention", self.backend).probe
+        if probe is not None and not probe.measures(workload.phase):
+            raise Unsupported(probe.phases_why)
         return FlashMlaRunner()
