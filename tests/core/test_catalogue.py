@@ -34,6 +34,7 @@ def test_names_match_the_engines() -> None:
         "FLASHINFER_MLA",
         "TRITON_MLA",
         "CUTLASS_MLA",
+        "FLASH_ATTN_MLA",
         "FLASHMLA",
         "FLASHINFER_FA_MLA",
         "HWTUNE_TRITON_MLA",

@@ -219,6 +219,29 @@ def test_flashmla_is_planned_at_its_page_size_and_for_decode_only() -> None:
     assert not refused.runnable and "in decode only" in refused.reasons[0]
 
 
+def test_flash_attn_mla_is_vllms_first_on_hopper_and_measures_decode_only() -> None:
+    """FLASH_ATTN_MLA (vLLM's FA3 MLA decode): planned for decode at 16-token pages on Hopper, not for fp8 caches, not
+    on Blackwell (FA3 is SM 9.x), prefill recorded unsupported with the reason; first in hwtune's own Hopper order,
+    as in vLLM 0.33.0's; unavailable off CUDA with the reason."""
+    from hwtune.core.catalogue.priorities import backend_order
+    from hwtune.probes.attention.candidates.mla_flash_attn import FlashAttnMlaCandidate
+
+    h100, b200 = simulated("h100"), simulated("b200")
+    decode = AttentionWorkload(TP8, "decode", 8, 4096)
+    [ok] = plan_candidates(decode, h100, ["FLASH_ATTN_MLA"], assume_installed=True)
+    assert ok.runnable and ok.tactic == "default"
+    fp8 = AttentionWorkload(dataclasses.replace(TP8, kv_cache_dtype="fp8"), "decode", 8, 4096)
+    for w, dev, why in ((fp8, h100, "fp8"), (decode, b200, "compute capability")):
+        [no] = plan_candidates(w, dev, ["FLASH_ATTN_MLA"], assume_installed=True)
+        assert not no.runnable and why in " ".join(no.reasons)
+    [pre] = plan_candidates(
+        AttentionWorkload(TP8, "prefill", 1, 512, query_len=512), h100, ["FLASH_ATTN_MLA"], assume_installed=True
+    )
+    assert not pre.runnable and "in decode only" in pre.reasons[0]
+    assert backend_order("attention", True, "ampere_hopper")[:2] == ("FLASH_ATTN_MLA", "FLASHMLA")
+    assert FlashAttnMlaCandidate().unavailable(decode, "default", "cpu") == "FlashAttention-3 runs on CUDA GPUs only"
+
+
 # --- GPU: every MLA candidate at DeepSeek-V3 shapes ------------------------------------------------------------
 
 TP1 = attention_spec(DSV3, 1)  # 128 heads

@@ -5,16 +5,17 @@ All of them read a latent cache of width kv_lora_rank + qk_rope_head_dim = 576 w
 (vllm model_executor/layers/attention/mla_attention.py MLACommonBackend.get_supported_head_sizes -> [576]).
 The places below are hwtune's own order, used when no engine is targeted (``--engine none``); for an engine
 target the order, the backends and their rules are the engine version's (its snapshot in
-hwtune/core/catalogue/engines: vLLM 0.33.0 also tries FLASH_ATTN_MLA and TOKENSPEED_MLA, and on SM 12.x
+hwtune/core/catalogue/engines: vLLM 0.33.0 also tries TOKENSPEED_MLA, and on SM 12.x
 TRITON_MLA first). The KV block sizes a kernel accepts are part of every record (vLLM 0.33.0's
 ``get_supported_kernel_block_sizes`` where the record mirrors a vLLM backend): block size is part of the choice.
 
 FLASHINFER_MLA, TRITON_MLA and CUTLASS_MLA ship inside vLLM (and FlashInfer): hwtune does not run them;
-measurements imported into the store rank them. hwtune measures four MLA records itself (docs/probes.md, "MLA"):
-FLASHMLA's decode where vLLM is installed (``vllm._flashmla_C``, Hopper, 64-token pages; its prefill is vLLM's MLA
-prefill path, not FlashMLA), FLASHINFER_FA_MLA (FlashInfer's BatchMLAPagedAttentionWrapper, fa2/fa3: SGLang's
-flashinfer MLA backend; vLLM has no dense backend on it), HWTUNE_TRITON_MLA (hwtune's own Triton kernel,
-docs/kernels.md; no engine can load it)
+measurements imported into the store rank them. hwtune measures five MLA records itself (docs/probes.md, "MLA"):
+where vLLM is installed, FLASH_ATTN_MLA's decode (vllm_flash_attn's FA3 with the latent as its value-sized query and
+key part) and FLASHMLA's (``vllm._flashmla_C``, 64-token pages), both on Hopper and both decode only (vLLM runs MLA
+prefill through its own non-absorbed path), FLASHINFER_FA_MLA (FlashInfer's BatchMLAPagedAttentionWrapper,
+fa2/fa3: SGLang's flashinfer MLA backend; vLLM has no dense backend on it), HWTUNE_TRITON_MLA (hwtune's own Triton
+kernel, docs/kernels.md; no engine can load it)
 and HWTUNE_TORCH_MLA (absorbed MLA in PyTorch ops, the CPU path).
 
 Prefill is measured in both forms. The absorbed tactics (fa2, fa3, auto, eager) run prefill as a longer decode;
@@ -124,7 +125,7 @@ FLASHINFER_MLA = _mla(
         + _PCP,
         "packages": "flashinfer-python + vllm",
     },
-    order=dict(blackwell=0, others=1),
+    order=dict(blackwell=0, others=2),
     # SGLang's trtllm-gen MLA backend (sglang/srt/layers/attention/trtllm_mla_backend.py); its "flashinfer" MLA
     # backend is BatchMLAPagedAttentionWrapper, FLASHINFER_FA_MLA below
     sglang_flags=sglang("trtllm_mla"),
@@ -153,10 +154,47 @@ CUTLASS_MLA = _mla(
         "features": f"{MLA}/cutlass_mla.py can_return_lse_for_decode=True; UNIFORM_SINGLE_TOKEN_DECODE graphs" + _PCP,
         "packages": "vllm _C ops.sm100_cutlass_mla_decode",
     },
-    order=dict(blackwell=1, others=3),
+    order=dict(blackwell=1, others=4),
     sglang_flags=EngineFlags(
         missing="SGLang 0.5.23 has no cutlass_mla backend (sglang/srt/arg_groups/choices.py ATTENTION_BACKEND_CHOICES: "
         "its SM 10.x MLA backends are trtllm_mla, cutedsl_mla and flashmla)"
+    ),
+)
+
+FLASH_ATTN_MLA = _mla(
+    "FLASH_ATTN_MLA",
+    "vLLM's FlashAttention-3 MLA decode (Hopper): the latent as FA3's extra value-sized query and key part",
+    AttentionRules(
+        device_types=CUDA,
+        compute_capabilities=(CCRange((9, 0), (9, 9)),),
+        dtypes=FP16_BF16,
+        kv_cache_dtypes=fs("auto", "float16", "bfloat16"),
+        head_sizes=LATENT,
+        block_sizes=multiple_of(16, 16),
+        kv_layouts=fs("NHD"),
+        gqa_groups=multiple_of(1),
+        features=fs(F.MLA, F.DECODE_LSE, F.SPEC_DECODE, F.CUDA_GRAPHS, F.PCP),
+    ),
+    (PackageRequirement("vllm", "", "FA3 ships in vllm_flash_attn"),),
+    {
+        "compute_capabilities": f"{MLA}/flashattn_mla.py supports_compute_capability: major == 9 (FA3)",
+        "kv_cache_dtypes": f"{MLA}/flashattn_mla.py supported_kv_cache_dtypes (FlashAttnMLAImpl: 'FP8 FlashAttention "
+        "MLA not yet supported')",
+        "block_sizes": f"{MLA}/flashattn_mla.py get_supported_kernel_block_sizes -> [MultipleOf(16)]",
+        "features": f"{MLA}/flashattn_mla.py FlashAttnMLAImpl.forward_mqa: flash_attn_varlen_func(q=q_pe, "
+        "k=k_pe_cache, v=kv_c_cache, q_v=q_nope, causal=True, return_softmax_lse, fa_version=3) with DCP's "
+        "cp_world_size; query_len_support VARLEN; UNIFORM_BATCH graphs" + _PCP,
+        "packages": "vllm.vllm_flash_attn (FA3)",
+    },
+    order=dict(blackwell=2, others=0),
+    # SGLang's fa3 backend runs MLA models too (sglang/srt/layers/attention/flashattention_backend.py use_mla)
+    sglang_flags=sglang("fa3"),
+    probe=Probe(
+        f"{PROBES}.mla_flash_attn:FlashAttnMlaCandidate",
+        ("vllm",),
+        phases=DECODE,
+        phases_why="vLLM's FLASH_ATTN_MLA runs FA3 for decode; its prefill goes through vLLM's non-absorbed MLA "
+        "prefill path (measured as FLASHINFER_FA_MLA's mha-* tactics)",
     ),
 )
 
@@ -184,7 +222,7 @@ FLASHMLA = _mla(
         "UNIFORM_BATCH graphs" + _PCP,
         "packages": "vllm.v1.attention.ops.flashmla",
     },
-    order=dict(blackwell=2, others=0),
+    order=dict(blackwell=3, others=1),
     sglang_flags=sglang("flashmla"),
     probe=Probe(
         f"{PROBES}.mla_flashmla:FlashMlaCandidate",
@@ -219,7 +257,7 @@ TRITON_MLA = _mla(
         "no cudagraph support declared" + _PCP,
         "packages": "vllm + triton",
     },
-    order=dict(blackwell=3, others=2),
+    order=dict(blackwell=4, others=3),
     sglang_flags=EngineFlags(missing="SGLang's triton MLA backend is SGLang's own kernel, not vLLM's TRITON_MLA"),
 )
 
@@ -243,7 +281,7 @@ FLASHINFER_FA_MLA = Backend(
         ),
         "sglang": sglang("flashinfer"),
     },
-    priority=priority(blackwell=4, others=4),
+    priority=priority(blackwell=5, others=5),
     # FlashInfer's own backend="auto": fa3 on SM 9.0a, else fa2 (flashinfer/utils.py determine_mla_backend)
     tactic_order={
         "ampere_hopper": {"decode": ("fa3", "fa2"), "prefill": ("fa3", "fa2", "mha-fa3", "mha-fa2", "mha-cudnn")},
@@ -384,7 +422,7 @@ HWTUNE_TRITON_MLA = Backend(
         "vllm": hwtune_kernel("vLLM", "HWTUNE_TRITON_MLA", "vLLM's TRITON_MLA is a different kernel"),
         "sglang": hwtune_kernel("SGLang", "HWTUNE_TRITON_MLA", "SGLang's triton MLA decode is a different kernel"),
     },
-    priority=priority(blackwell=5, others=5),
+    priority=priority(blackwell=6, others=6),
     quick=True,
     summary="hwtune's own MLA decode in Triton (not vLLM's TRITON_MLA): paged latent cache, split-KV with LSE merge",
     rules=AttentionRules(
@@ -445,7 +483,7 @@ HWTUNE_TORCH_MLA = Backend(
         "sglang": EngineFlags(missing="HWTUNE_TORCH_MLA is hwtune's own PyTorch MLA; SGLang cannot load it"),
     },
     # Last on GPUs (a portable baseline); the one MLA backend hwtune runs on the CPU.
-    priority=priority(blackwell=6, others=6, cpu=0),
+    priority=priority(blackwell=7, others=7, cpu=0),
     summary="absorbed MLA in PyTorch ops over the gathered latent rows (the gather is timed); runs on the CPU",
     rules=AttentionRules(
         device_types=fs("cuda", "cpu"),
@@ -535,6 +573,7 @@ MLA_BACKENDS: tuple[Backend, ...] = (
     FLASHINFER_MLA,
     TRITON_MLA,
     CUTLASS_MLA,
+    FLASH_ATTN_MLA,
     FLASHMLA,
     FLASHINFER_FA_MLA,
     HWTUNE_TRITON_MLA,

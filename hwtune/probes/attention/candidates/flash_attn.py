@@ -24,7 +24,10 @@ from hwtune.probes.attention.problem import AttentionProblem
 _VERSIONS = {"fa2": 2, "fa3": 3, "fa4": 4}
 
 
-def _module() -> tuple[str, Any] | None:
+def flash_attn_module() -> tuple[str, Any] | None:
+    """The FlashAttention package here, as (flavour, module): vllm's ``vllm_flash_attn`` first, else Dao-AILab's
+    ``flash_attn``; None when neither is installed. Importing may raise (vllm's import, or vllm_flash_attn's when
+    neither of its extensions loads): callers turn that into an unavailable reason."""
     if importlib.util.find_spec("vllm") is not None and importlib.util.find_spec("vllm.vllm_flash_attn") is not None:
         import vllm.vllm_flash_attn as m
 
@@ -36,7 +39,7 @@ def _module() -> tuple[str, Any] | None:
     return None
 
 
-def _extension_missing(flavour: str, mod: Any, version: int) -> str | None:
+def extension_missing(flavour: str, mod: Any, version: int) -> str | None:
     """Why vllm_flash_attn cannot run FlashAttention ``version`` here: its compiled extension for that version did
     not load (``flash_attn_interface.FA{2,3}_AVAILABLE``, read without vllm's platform check, which imports vLLM's
     own ops); None when it loaded or the package does not say."""
@@ -58,7 +61,7 @@ class FlashAttnRunner(Runner):
 
     def __init__(self, tactic: str, sinks: bool = False) -> None:
         super().__init__()
-        found = _module()
+        found = flash_attn_module()
         assert found is not None
         self.flavour, self.mod = found
         self.version = _VERSIONS[tactic]
@@ -167,13 +170,13 @@ class FlashAttnCandidate(Candidate):
         if device != "cuda":
             return "FlashAttention runs on CUDA GPUs only"
         try:
-            found = _module()
+            found = flash_attn_module()
         except Exception as exc:  # vllm's import, or vllm_flash_attn's when neither extension loads
             first = str(exc).splitlines()[0] if str(exc) else ""
             return f"FlashAttention cannot be imported here: {type(exc).__name__}: {first}"
         if found is None:
             return "flash_attn is not installed (neither vllm's vllm_flash_attn nor Dao-AILab's flash_attn)"
-        if reason := _extension_missing(*found, _VERSIONS.get(tactic, 0)):
+        if reason := extension_missing(*found, _VERSIONS.get(tactic, 0)):
             return reason
         if workload.spec.kv_cache_dtype.startswith("fp8"):
             return "hwtune's FLASH_ATTN candidate does not pass fp8 descale factors yet"

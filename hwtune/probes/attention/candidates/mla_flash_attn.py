@@ -1,0 +1,115 @@
+"""FLASH_ATTN_MLA: vLLM's FlashAttention-3 MLA decode (``vllm.vllm_flash_attn``), called the way vLLM's backend calls
+it (vllm v1/attention/backends/mla/flashattn_mla.py ``FlashAttnMLAImpl.forward_mqa``): the rope part of the absorbed
+query and of the latent cache as FA3's query and key (``q_pe`` [tokens, heads, 64], ``k_pe`` [pages, page, 1, 64]),
+the latent part as FA3's value-sized extra query and its value (``q_v = q_nope`` [tokens, heads, 512], ``v = ckv``
+[pages, page, 1, 512]), so that the score is ``q_pe . k_pe + q_nope . ckv``; ``causal=True`` (speculative-decode
+tokens), the LSE returned ([heads, tokens], natural log). FA3's tile schedule is made in ``prepare`` as vLLM's
+metadata builder makes it (``get_scheduler_metadata`` with ``headdim_v``); not graph-captured (the host's
+``max_seqlen`` integers, as FLASH_ATTN's runner). Decode only, 16-bit caches only (vLLM: 'FP8 FlashAttention MLA not
+yet supported'); vLLM runs MLA prefill through its non-absorbed path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hwtune.core import catalogue
+from hwtune.core.types import AttentionWorkload
+from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported
+from hwtune.probes.attention.candidates.flash_attn import extension_missing, flash_attn_module
+from hwtune.probes.attention.candidates.mla_base import MlaRunner, as_mla
+from hwtune.probes.attention.mla import MlaProblem
+from hwtune.probes.attention.problem import AttentionProblem
+
+
+class FlashAttnMlaRunner(MlaRunner):
+    """One FA3 call per batch with the latent split into its rope and value-sized parts."""
+
+    returns_lse = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        found = flash_attn_module()
+        assert found is not None and found[0] == "vllm_flash_attn"
+        self.mod = found[1]
+        self.problem: MlaProblem | None = None
+        self.schedule: Any = None
+
+    def prepare(self, problem: AttentionProblem) -> None:
+        p = as_mla(problem)
+        assert p.dims is not None
+        if p.is_fp8:
+            raise Unsupported(
+                "vLLM's FLASH_ATTN_MLA takes 16-bit caches only ('FP8 FlashAttention MLA not yet supported')"
+            )
+        self._alloc(p, lse=True)
+        self.problem = p
+        self.schedule = self.mod.get_scheduler_metadata(
+            batch_size=p.batch,
+            max_seqlen_q=p.max_query_len,
+            max_seqlen_k=p.max_seq_len,
+            num_heads_q=p.spec.num_heads,
+            num_heads_kv=1,
+            headdim=p.dims.rope,
+            cache_seqlens=p.seq_lens,
+            qkv_dtype=p.kv_cache.dtype,
+            headdim_v=p.dims.lora,
+            page_size=p.page_size,
+            cu_seqlens_q=p.query_start_loc,
+            causal=True,
+            num_splits=0,
+        )
+
+    def run(self) -> None:
+        p = self.problem
+        assert p is not None and p.dims is not None and self.out is not None and self.lse is not None
+        lora = p.dims.lora
+        _, lse = self.mod.flash_attn_varlen_func(
+            q=p.q[..., lora:],
+            k=p.kv_cache[..., lora:].unsqueeze(-2),
+            v=p.kv_cache[..., :lora].unsqueeze(-2),
+            q_v=p.q[..., :lora],
+            max_seqlen_q=p.max_query_len,
+            cu_seqlens_q=p.query_start_loc,
+            max_seqlen_k=p.max_seq_len,
+            seqused_k=p.seq_lens,
+            block_table=p.block_table,
+            softmax_scale=p.softmax_scale,
+            causal=True,
+            return_softmax_lse=True,
+            fa_version=3,
+            scheduler_metadata=self.schedule,
+            out=self.out,
+        )
+        self.lse.copy_(lse.transpose(0, 1))
+
+
+class FlashAttnMlaCandidate(Candidate):
+    """FLASH_ATTN_MLA's one tactic, decode only; needs a CUDA device of SM 9.x and vllm_flash_attn's FA3 extension
+    (each missing piece is the reason given)."""
+
+    backend = "FLASH_ATTN_MLA"
+
+    def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:
+        if device != "cuda" or not torch.cuda.is_available():
+            return "FlashAttention-3 runs on CUDA GPUs only"
+        if torch.cuda.get_device_capability()[0] != 9:
+            return "FlashAttention-3 (vLLM's FLASH_ATTN_MLA) runs on Hopper (SM 9.x) only"
+        try:
+            found = flash_attn_module()
+        except Exception as exc:  # vllm's import, or vllm_flash_attn's when neither extension loads
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            return f"vllm.vllm_flash_attn cannot be imported here: {type(exc).__name__}: {first}"
+        if found is None or found[0] != "vllm_flash_attn":
+            return "vLLM's FLASH_ATTN_MLA needs vllm's vllm_flash_attn (FA3 with q_v); it is not installed"
+        return extension_missing(*found, 3)
+
+    def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
+        if tactic != "default":
+            raise Unsupported(f"FLASH_ATTN_MLA has one tactic, 'default' (not {tactic!r})")
+        probe = catalogue.get("attention", self.backend).probe
+        if probe is not None and not probe.measures(workload.phase):
+            raise Unsupported(probe.phases_why)
+        return FlashAttnMlaRunner()
