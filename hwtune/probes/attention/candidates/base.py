@@ -89,6 +89,23 @@ class Candidate(ABC):
         )
 
 
+def import_failure(what: str, exc: BaseException) -> str:
+    """The unavailable reason for a package or kernel module that raised on import (an ImportError, or the package's
+    own check at import): ``what``, the exception's type and its first line."""
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{what} cannot be imported: {type(exc).__name__}: {first}"
+
+
+def refuse_unmeasured_phase(backend: str, workload: AttentionWorkload) -> None:
+    """Raise Unsupported with the catalogue's reason where ``backend``'s candidate does not measure ``workload``'s
+    phase (``Probe.phases``; ``plan_candidates`` records such a workload unsupported before any runner is built)."""
+    from hwtune.core import catalogue
+
+    probe = catalogue.get("attention", backend).probe
+    if probe is not None and not probe.measures(workload.phase):
+        raise Unsupported(probe.phases_why)
+
+
 def triton_gpu_unavailable(device: str) -> str | None:
     """Why hwtune's own Triton kernels cannot run here, or None: they need a CUDA device that torch sees."""
     import torch

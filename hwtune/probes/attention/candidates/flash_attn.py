@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from hwtune.core.types import AttentionWorkload
-from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported
+from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported, import_failure
 from hwtune.probes.attention.problem import AttentionProblem
 
 _VERSIONS = {"fa2": 2, "fa3": 3, "fa4": 4}
@@ -50,6 +50,38 @@ def extension_missing(flavour: str, mod: Any, version: int) -> str | None:
         return None
     why = getattr(iface, f"FA{version}_UNAVAILABLE_REASON", None) or "no reason given"
     return f"vllm_flash_attn's FA{version} extension (_vllm_fa{version}_C) cannot be loaded: {why}"
+
+
+def fa3_schedule(
+    mod: Any,
+    p: AttentionProblem,
+    *,
+    num_heads_kv: int,
+    headdim: int,
+    headdim_v: int | None = None,
+    window: tuple[int, int] = (-1, -1),
+) -> Any:
+    """FA3's tile schedule for the batch of ``p``, made ahead of the call as vLLM's FlashAttention metadata builders
+    make it once per step (``aot_schedule``, vllm v1/attention/backends/flash_attn.py and mla/flashattn_mla.py;
+    ``num_splits=0``: FA3's own split heuristic, as outside CUDA graphs); without it each call would first run FA3's
+    scheduling kernel. vLLM makes none for a model of more than one sliding-window size (gpt-oss, Gemma-2/3), whose
+    calls schedule themselves: a runner that passes this one leaves that cost out there."""
+    return mod.get_scheduler_metadata(
+        batch_size=p.batch,
+        max_seqlen_q=p.max_query_len,
+        max_seqlen_k=p.max_seq_len,
+        num_heads_q=p.spec.num_heads,
+        num_heads_kv=num_heads_kv,
+        headdim=headdim,
+        headdim_v=headdim_v,
+        cache_seqlens=p.seq_lens,
+        qkv_dtype=p.kv_cache.dtype,
+        cu_seqlens_q=p.query_start_loc,
+        page_size=p.page_size,
+        causal=True,
+        window_size=window,
+        num_splits=0,
+    )
 
 
 class FlashAttnRunner(Runner):
@@ -89,29 +121,12 @@ class FlashAttnRunner(Runner):
         # the problem's sinks are bf16 values, so nothing is rounded
         self.s_aux = None if p.sinks is None else p.sinks.to(torch.bfloat16).contiguous()
         self.cu_k = torch.cat([torch.zeros(1, dtype=torch.int32, device=p.q.device), p.seq_lens.cumsum(0)]).int()
-        self.schedule = self._schedule(p) if self.flavour == "vllm_flash_attn" and self.version == 3 else None
-
-    def _schedule(self, p: AttentionProblem) -> Any:
-        """FA3's tile schedule for this batch, made ahead of the call as vLLM's FlashAttention metadata builder makes
-        it once per step (``aot_schedule``, vllm v1/attention/backends/flash_attn.py; ``num_splits=0``: FA3's own
-        split heuristic, as outside CUDA graphs); without it each call would first run FA3's scheduling kernel. vLLM
-        makes none for a model of more than one sliding-window size (gpt-oss, Gemma-2/3), whose calls schedule
-        themselves: this runner leaves that cost out there."""
+        fa3 = self.flavour == "vllm_flash_attn" and self.version == 3
         spec = p.spec
-        return self.mod.get_scheduler_metadata(
-            batch_size=p.batch,
-            max_seqlen_q=p.max_query_len,
-            max_seqlen_k=p.max_seq_len,
-            num_heads_q=spec.num_heads,
-            num_heads_kv=spec.num_kv_heads,
-            headdim=spec.head_size,
-            cache_seqlens=p.seq_lens,
-            qkv_dtype=p.q.dtype,
-            cu_seqlens_q=p.query_start_loc,
-            page_size=p.page_size,
-            causal=True,
-            window_size=self._window(p),
-            num_splits=0,
+        self.schedule = (
+            fa3_schedule(self.mod, p, num_heads_kv=spec.num_kv_heads, headdim=spec.head_size, window=self._window(p))
+            if fa3
+            else None
         )
 
     @staticmethod
@@ -172,8 +187,7 @@ class FlashAttnCandidate(Candidate):
         try:
             found = flash_attn_module()
         except Exception as exc:  # vllm's import, or vllm_flash_attn's when neither extension loads
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            return f"FlashAttention cannot be imported here: {type(exc).__name__}: {first}"
+            return import_failure("FlashAttention", exc)
         if found is None:
             return "flash_attn is not installed (neither vllm's vllm_flash_attn nor Dao-AILab's flash_attn)"
         if reason := extension_missing(*found, _VERSIONS.get(tactic, 0)):

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from hwtune.core.types import AttentionWorkload
-from hwtune.probes.attention.candidates.base import LN2, Candidate, Runner, Unsupported
+from hwtune.probes.attention.candidates.base import LN2, Candidate, Runner, Unsupported, import_failure
 from hwtune.probes.attention.dcp import DcpPrefillInputs, DcpPrefillRunner
 from hwtune.probes.attention.problem import AttentionProblem
 
@@ -408,8 +408,7 @@ def cudnn_unavailable(cubin_fallback: bool) -> str | None:
         from flashinfer.cudnn import cudnn_batch_prefill_with_kv_cache  # noqa: F401
         from flashinfer.cudnn.prefill import CUDNN_AVAILABLE
     except Exception as exc:  # ImportError, or FlashInfer's own assertion at import
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        return f"flashinfer.cudnn cannot be imported: {type(exc).__name__}: {first}"
+        return import_failure("flashinfer.cudnn", exc)
     if CUDNN_AVAILABLE:
         return None
     missing = "the cuDNN frontend (python module cudnn, nvidia-cudnn-frontend) is not installed"
@@ -438,9 +437,7 @@ class FlashInferCandidate(Candidate):
         try:
             _import()
         except Exception as exc:  # ImportError, or FlashInfer's own assertion at import
-            return (
-                f"flashinfer cannot be imported: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            )
+            return import_failure("flashinfer", exc)
         return cudnn_unavailable(cubin_fallback=True) if tactic == "cudnn" else None
 
     def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:

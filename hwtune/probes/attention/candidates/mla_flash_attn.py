@@ -15,10 +15,15 @@ from typing import Any
 
 import torch
 
-from hwtune.core import catalogue
 from hwtune.core.types import AttentionWorkload
-from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported
-from hwtune.probes.attention.candidates.flash_attn import extension_missing, flash_attn_module
+from hwtune.probes.attention.candidates.base import (
+    Candidate,
+    Runner,
+    Unsupported,
+    import_failure,
+    refuse_unmeasured_phase,
+)
+from hwtune.probes.attention.candidates.flash_attn import extension_missing, fa3_schedule, flash_attn_module
 from hwtune.probes.attention.candidates.mla_base import MlaRunner, as_mla
 from hwtune.probes.attention.mla import MlaProblem
 from hwtune.probes.attention.problem import AttentionProblem
@@ -46,21 +51,7 @@ class FlashAttnMlaRunner(MlaRunner):
             )
         self._alloc(p, lse=True)
         self.problem = p
-        self.schedule = self.mod.get_scheduler_metadata(
-            batch_size=p.batch,
-            max_seqlen_q=p.max_query_len,
-            max_seqlen_k=p.max_seq_len,
-            num_heads_q=p.spec.num_heads,
-            num_heads_kv=1,
-            headdim=p.dims.rope,
-            cache_seqlens=p.seq_lens,
-            qkv_dtype=p.kv_cache.dtype,
-            headdim_v=p.dims.lora,
-            page_size=p.page_size,
-            cu_seqlens_q=p.query_start_loc,
-            causal=True,
-            num_splits=0,
-        )
+        self.schedule = fa3_schedule(self.mod, p, num_heads_kv=1, headdim=p.dims.rope, headdim_v=p.dims.lora)
 
     def run(self) -> None:
         p = self.problem
@@ -100,8 +91,7 @@ class FlashAttnMlaCandidate(Candidate):
         try:
             found = flash_attn_module()
         except Exception as exc:  # vllm's import, or vllm_flash_attn's when neither extension loads
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            return f"vllm.vllm_flash_attn cannot be imported here: {type(exc).__name__}: {first}"
+            return import_failure("vllm.vllm_flash_attn", exc)
         if found is None or found[0] != "vllm_flash_attn":
             return "vLLM's FLASH_ATTN_MLA needs vllm's vllm_flash_attn (FA3 with q_v); it is not installed"
         return extension_missing(*found, 3)
@@ -109,7 +99,5 @@ class FlashAttnMlaCandidate(Candidate):
     def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
         if tactic != "default":
             raise Unsupported(f"FLASH_ATTN_MLA has one tactic, 'default' (not {tactic!r})")
-        probe = catalogue.get("attention", self.backend).probe
-        if probe is not None and not probe.measures(workload.phase):
-            raise Unsupported(probe.phases_why)
+        refuse_unmeasured_phase(self.backend, workload)
         return FlashAttnMlaRunner()

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from hwtune.core.types import AttentionWorkload
-from hwtune.probes.attention.candidates.base import LN2, Candidate, Runner, Unsupported
+from hwtune.probes.attention.candidates.base import LN2, Candidate, Runner, Unsupported, import_failure
 from hwtune.probes.attention.candidates.mla_base import MlaRunner, as_mla
 from hwtune.probes.attention.mla import MlaProblem
 from hwtune.probes.attention.problem import AttentionProblem
@@ -132,8 +132,7 @@ class FlashInferMlaCandidate(Candidate):
         try:
             _wrapper_class()
         except Exception as exc:  # ImportError, or FlashInfer's own assertion at import
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            return f"flashinfer.mla.BatchMLAPagedAttentionWrapper cannot be imported: {type(exc).__name__}: {first}"
+            return import_failure("flashinfer.mla.BatchMLAPagedAttentionWrapper", exc)
         return None
 
     def unavailable(self, workload: AttentionWorkload, tactic: str, device: str) -> str | None:

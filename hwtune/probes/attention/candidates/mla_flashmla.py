@@ -21,9 +21,14 @@ from typing import Any
 
 import torch
 
-from hwtune.core import catalogue
 from hwtune.core.types import AttentionWorkload
-from hwtune.probes.attention.candidates.base import Candidate, Runner, Unsupported
+from hwtune.probes.attention.candidates.base import (
+    Candidate,
+    Runner,
+    Unsupported,
+    import_failure,
+    refuse_unmeasured_phase,
+)
 from hwtune.probes.attention.candidates.mla_base import MlaRunner, as_mla
 from hwtune.probes.attention.mla import MlaProblem
 from hwtune.probes.attention.problem import AttentionProblem
@@ -112,14 +117,11 @@ class FlashMlaCandidate(Candidate):
         try:
             _interface()
         except Exception as exc:  # ImportError: vllm missing, or _flashmla_C not built for this torch/CUDA
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            return f"vllm's FlashMLA (vllm._flashmla_C) cannot be imported: {type(exc).__name__}: {first}"
+            return import_failure("vllm's FlashMLA (vllm._flashmla_C)", exc)
         return None
 
     def runner(self, workload: AttentionWorkload, tactic: str, device: str) -> Runner:
         if tactic != "default":
             raise Unsupported(f"FLASHMLA has one tactic, 'default' (not {tactic!r})")
-        probe = catalogue.get("attention", self.backend).probe
-        if probe is not None and not probe.measures(workload.phase):
-            raise Unsupported(probe.phases_why)
+        refuse_unmeasured_phase(self.backend, workload)
         return FlashMlaRunner()
