@@ -219,12 +219,14 @@ def _grid_context(max_model_len: int) -> int:
     return max(max_model_len, 16)
 
 
-def _basis(evidence: Any, mix: list[MixPoint], max_num_seqs: int, max_model_len: int, keep: bool) -> Basis | None:
-    """What a measured ranking was built on, kept (``keep``) for combining a model's layer kinds; None without usable
-    measurements."""
+def _basis(
+    evidence: Any, mix: list[MixPoint], max_num_seqs: int, max_model_len: int, keep: bool, decided: list[str]
+) -> Basis | None:
+    """What a measured ranking was built on and the notes of its decision, kept (``keep``) for combining a model's
+    layer kinds; None without usable measurements."""
     if not keep or evidence is None or not evidence.points:
         return None
-    return Basis(evidence, tuple(mix), max_num_seqs, _grid_context(max_model_len))
+    return Basis(evidence, tuple(mix), max_num_seqs, _grid_context(max_model_len), tuple(decided))
 
 
 def _select(
@@ -254,6 +256,7 @@ def _select(
     notes += lifted
     ranked, per_phase, dispatch = _static_ranking(kind, spec, device, valid, assume_installed), {}, ()
     routed: tuple = ()
+    decided: list[str] = []
     if evidence is not None:
         notes = notes + evidence.notes
         ranked, per_phase, decided = measured_rank(ranked, evidence, mix)
@@ -285,7 +288,7 @@ def _select(
         per_phase=per_phase,
         dispatch=dispatch,
         phase_dispatch=routed,
-        basis=_basis(evidence, mix, max_num_seqs, max_model_len, keep_basis),
+        basis=_basis(evidence, mix, max_num_seqs, max_model_len, keep_basis, decided),
     )
 
 
@@ -353,9 +356,13 @@ def _select_engine(
         _measured_out(fld, evidence, rejected)
     ranked, per_phase, dispatch = static_ranking(fld, spec, device, assume_installed), {}, ()
     routed: tuple = ()
+    decided: list[str] = []
     if evidence is not None:
         notes = notes + evidence.notes
-        ranked, per_phase, decided = measured_rank(ranked, evidence, mix)
+        # an engine prefills MLA on a path its decode-only MLA backends share: vLLM on its MLA prefill backend, chosen
+        # apart from the decode backend; SGLang's flashmla on its flashinfer backend's (FlashMLABackend subclasses
+        # FlashInferMLAAttnBackend)
+        ranked, per_phase, decided = measured_rank(ranked, evidence, mix, shared=spec.use_mla)
         notes += decided
     measured = any(r.source != "static" for r in ranked)
     chosen = _choose(ranked, name, *_engine_errors(fld, spec, device, name, how, ranked, rejected))
@@ -378,7 +385,7 @@ def _select_engine(
         phase_dispatch=routed,
         engine=target.to_dict(),
         differences=tuple(fld.differences),
-        basis=_basis(evidence, mix, max_num_seqs, max_model_len, keep_basis),
+        basis=_basis(evidence, mix, max_num_seqs, max_model_len, keep_basis, decided),
     )
 
 

@@ -12,6 +12,7 @@ holds for each phase's winner (``per_phase``).
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -30,15 +31,22 @@ SHARED_FLOOR = 0.25
 @dataclass
 class Costed:
     """A backend's estimated cost over the workload mix: weighted latency, whether every point was measured exactly,
-    the weight-averaged confidence, its main tactic and cost per phase, and per mix point (latency, bracketed)."""
+    the weight-averaged confidence, its main tactic and cost per phase, and per mix point (latency, bracketed). A
+    backend measured in fewer phases than it serves (``phases``) is costed over those phases' points only; at the
+    others its latency is NaN and it is never compared there."""
 
     backend: str
-    cost_us: float  # weighted latency over the mix
+    cost_us: float  # weighted latency over the mix (over ``phases``' points where given, scaled to the mix's weight)
     exact: bool
     confidence: float
     tactics: dict[str, str]  # tactic with the most weight per phase
     phase_cost: dict[str, float]
     per_point: tuple[tuple[float, bool], ...] = ()
+    phases: frozenset[str] | None = None  # the phases costed, where fewer than the mix's; None: every phase
+
+    def covers(self, mp: MixPoint) -> bool:
+        """Whether the backend was costed at ``mp`` (its phase is one it was measured in)."""
+        return self.phases is None or mp.phase in self.phases
 
 
 #: A tactic's estimate at a mix point: (latency, exact, confidence, inside the measured range), or None.
@@ -61,16 +69,23 @@ def point_estimate(ev: Evidence, backend: str) -> Estimate:
 def cost_backend(ev: Evidence, backend: str, mix: Sequence[MixPoint]) -> Costed | None:
     """Weighted cost over the mix with the best tactic per point; None if some phase is unmeasured."""
     tactics = sorted({t for (b, t, _p) in ev.points if b == backend})  # sorted: ties break alike in every process
-    return cost_with(backend, tactics, point_estimate(ev, backend), mix)
+    return cost_with(backend, tactics, point_estimate(ev, backend), mix, ev.measured_phases.get(backend))
 
 
-def cost_with(backend: str, tactics: Sequence[str], at: Estimate, mix: Sequence[MixPoint]) -> Costed | None:
-    """``cost_backend`` over any estimates (``at``: one spec's, or several layer kinds' weighted together)."""
+def cost_with(
+    backend: str, tactics: Sequence[str], at: Estimate, mix: Sequence[MixPoint], phases: frozenset[str] | None = None
+) -> Costed | None:
+    """``cost_backend`` over any estimates (``at``: one spec's, or several layer kinds' weighted together); with
+    ``phases``, over those phases' points only (``Costed``)."""
     total, conf_w, exact = 0.0, 0.0, True
     weight_by_tactic: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     phase_cost: dict[str, float] = defaultdict(float)
     per_point: list[tuple[float, bool]] = []
+    partial = phases is not None and any(mp.phase not in phases for mp in mix)
     for mp in mix:
+        if partial and mp.phase not in phases:  # type: ignore[operator]
+            per_point.append((math.nan, False))
+            continue
         best = None
         for t in tactics:
             est = at(t, mp)
@@ -85,15 +100,21 @@ def cost_with(backend: str, tactics: Sequence[str], at: Estimate, mix: Sequence[
         exact &= is_exact
         weight_by_tactic[mp.phase][t] += mp.weight
         per_point.append((lat, inside))
-    wsum = sum(mp.weight for mp in mix) or 1.0
+    wsum = sum(mp.weight for mp in mix if not partial or mp.phase in phases) or 1.0  # type: ignore[operator]
+    if not weight_by_tactic:
+        return None
     main = {ph: max(ws, key=ws.get) for ph, ws in weight_by_tactic.items()}  # type: ignore[arg-type]
-    return Costed(backend, total, exact, conf_w / wsum, main, dict(phase_cost), tuple(per_point))
+    if partial:  # scaled to the mix's whole weight: the size of a whole cost, never compared with one
+        total *= sum(mp.weight for mp in mix) / wsum
+    costed = frozenset(phase_cost) if partial else None
+    return Costed(backend, total, exact, conf_w / wsum, main, dict(phase_cost), tuple(per_point), costed)
 
 
 def decide(costed: Sequence[Costed], mix: Sequence[MixPoint], phase: str | None = None) -> tuple[list[str], str]:
     """The backends best first over ``mix`` (one phase's points with ``phase``), and a note on how it was decided
     (module docstring); empty note when nothing needed saying."""
-    points = [i for i, mp in enumerate(mix) if phase is None or mp.phase == phase]
+    in_phase = [i for i, mp in enumerate(mix) if phase is None or mp.phase == phase]
+    points = [i for i in in_phase if all(c.covers(mix[i]) for c in costed)]
     if not costed or not points:
         return [c.backend for c in costed], ""
     shared = [i for i in points if all(c.per_point[i][1] for c in costed)]
@@ -107,7 +128,48 @@ def decide(costed: Sequence[Costed], mix: Sequence[MixPoint], phase: str | None 
     near = [c for c in order if cost[c.backend] <= cheapest * TIE]
     winner = min(near, key=lambda c: (round(worst[c.backend], 3), cost[c.backend]))
     ranked = [winner.backend] + [c.backend for c in order if c is not winner]
-    return ranked, _note(len(costed), len(points), deciding, shared, winner, order[0], worst, phase)
+    aside = _extrapolations_aside(costed, mix, points, cost, winner.backend)
+    note = _note(len(costed), len(points), deciding, shared, winner, order[0], worst, phase, aside)
+    return ranked, "; ".join(filter(None, [_partial_note(costed, mix, in_phase, points), note]))
+
+
+def decide_one(costed: Sequence[Costed], mix: Sequence[MixPoint], shared: bool = False) -> tuple[list[str], str]:
+    """One backend for every phase: decided (``decide``) among the backends costed in every phase; those measured in
+    fewer phases than they serve follow, cheapest first, as their other phases' cost is unknown (each still competes
+    for its own phases in ``per_phase_winners``). ``shared``: the engine runs those other phases on a path it shares
+    with the other backends, so every backend is decided on the phases all of them were measured in."""
+    full = [c for c in costed if c.phases is None]
+    partial = sorted((c for c in costed if c.phases is not None), key=lambda c: c.cost_us)
+    order, note = decide(full or partial, mix) if not shared else decide(costed, mix)
+    if shared or not full or not partial:
+        return order, note
+    said = ", ".join(f"{c.backend} ({' and '.join(sorted(c.phases or ()))})" for c in partial)
+    after = f"measured in fewer phases than they serve, so ranked after the others and competing per phase only: {said}"
+    return order + [c.backend for c in partial], "; ".join(filter(None, [note, after]))
+
+
+def _partial_note(costed: Sequence[Costed], mix: Sequence[MixPoint], in_phase: list[int], points: list[int]) -> str:
+    """What a comparison left out because some backend measures fewer phases than it serves (empty if nothing)."""
+    if len(costed) < 2 or len(points) == len(in_phase):
+        return ""
+    partial = ", ".join(f"{c.backend} measures {' and '.join(sorted(c.phases))} only" for c in costed if c.phases)
+    kept = " and ".join(sorted({mix[i].phase for i in points}))
+    return f"compared on the {kept} mix points alone ({partial}; the engine runs its other phases on another path)"
+
+
+def _extrapolations_aside(
+    costed: Sequence[Costed], mix: Sequence[MixPoint], points: list[int], cost: dict[str, float], winner: str
+) -> str:
+    """Where the costs shown (every point) would rank another backend first: both costs on the deciding points and
+    on every point, so that the ranking does not read as contradicting its own numbers."""
+    shown = {c.backend: sum(mix[i].weight * c.per_point[i][0] for i in points) for c in costed}
+    cheaper = min(shown, key=lambda b: shown[b])
+    if cheaper == winner:
+        return ""
+    return (
+        f"; there {winner} costs {cost[winner]:.1f} us and {cheaper} {cost[cheaper]:.1f}, with the extrapolations "
+        f"{shown[winner]:.1f} and {shown[cheaper]:.1f}"
+    )
 
 
 def _note(
@@ -119,6 +181,7 @@ def _note(
     cheapest: Costed,
     worst: dict[str, float],
     phase: str | None,
+    aside: str = "",
 ) -> str:
     if n_backends < 2:
         return ""
@@ -127,7 +190,7 @@ def _note(
     if deciding is shared and len(shared) < n_points:
         words.append(
             f"decided over the {len(shared)} of {n_points} {where}mix points inside every measured backend's range "
-            "(the others are extrapolations)"
+            f"(the others are extrapolations{aside})"
         )
     elif deciding is not shared:
         words.append(f"the backends' measured ranges share too little of the {where}mix: every point decides")
@@ -141,11 +204,12 @@ def _note(
 
 
 def rank(
-    static: Sequence[RankedBackend], ev: Evidence, mix: Sequence[MixPoint]
+    static: Sequence[RankedBackend], ev: Evidence, mix: Sequence[MixPoint], shared: bool = False
 ) -> tuple[list[RankedBackend], dict[str, str], list[str]]:
-    """Measured backends in decision order, then the rest in static order; the per-phase winners; notes."""
+    """Measured backends in decision order, then the rest in static order; the per-phase winners; notes (``shared``:
+    ``decide_one``'s)."""
     costed = {r.backend: c for r in static if (c := cost_backend(ev, r.backend, mix)) is not None}
-    order, note = decide(list(costed.values()), mix)
+    order, note = decide_one(list(costed.values()), mix, shared)
     ranked = [
         RankedBackend(
             backend=c.backend,
@@ -153,12 +217,21 @@ def rank(
             tactics={**next(r.tactics for r in static if r.backend == c.backend), **c.tactics},
             latency_us=c.cost_us,
             confidence=round(c.confidence, 3),
-            detail="; ".join([f"weighted cost over {len(mix)} workload shapes", *ev.caveats.get(c.backend, [])]),
+            detail="; ".join([_costed_over(c, mix), *ev.caveats.get(c.backend, [])]),
+            measured_phases=tuple(sorted(c.phases or ())),
         )
         for c in (costed[b] for b in order)
     ]
     ranked += [r for r in static if r.backend not in costed]
     return ranked, per_phase_winners(list(costed.values()), mix), [note] if note else []
+
+
+def _costed_over(c: Costed, mix: Sequence[MixPoint]) -> str:
+    if c.phases is None:
+        return f"weighted cost over {len(mix)} workload shapes"
+    n = sum(1 for mp in mix if c.covers(mp))
+    only = " and ".join(sorted(c.phases))
+    return f"weighted cost over the {n} {only} shapes of the mix only (measured there only), scaled to its whole weight"
 
 
 def per_phase_winners(costed: Sequence[Costed], mix: Sequence[MixPoint]) -> dict[str, str]:

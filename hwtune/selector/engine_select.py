@@ -248,6 +248,8 @@ def renamed_evidence(ev: Evidence, fld: EngineField) -> Evidence:
             out.disqualified[name] = failed
         if record.name in ev.caveats:
             out.caveats[name] = ev.caveats[record.name]
+        if record.name in ev.measured_phases:
+            out.measured_phases[name] = ev.measured_phases[record.name]
     return out
 
 

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from hwtune.core.errors import InvalidSpecError, NoValidBackendError
 from hwtune.core.types import AttentionSpec
-from hwtune.selector.decision import TIE, Costed, Estimate, cost_with, per_phase_winners, point_estimate
+from hwtune.selector.decision import TIE, Costed, Estimate, cost_with, decide_one, per_phase_winners, point_estimate
 from hwtune.selector.dispatch import dispatch_table, robust_tactic, table_with
 from hwtune.selector.measured import Evidence, Point
 from hwtune.selector.mix import MixPoint
@@ -98,13 +98,18 @@ def _combined(
     return replace(main, source=source, latency_us=cost, confidence=confidence, detail=detail)
 
 
-def _order(entries: list[RankedBackend], parts: Sequence[tuple[Selection, int, str]]) -> list[RankedBackend]:
-    """Measured backends by combined cost, then the others in the first kind's order. With one kind measured, its own
-    order stands (its decision rules: near-ties broken by the worst point, extrapolations not deciding); with
-    several, a backend within ``TIE`` of the cheapest that the most-weighted measured kind ranks first wins."""
-    measured_parts = [p for p in parts if _measured(p[0])]
+def _order(
+    entries: list[RankedBackend], parts: Sequence[tuple[Selection, int, str]], decided: Sequence[str]
+) -> list[RankedBackend]:
+    """Measured backends first, then the others in the first kind's order. Costed over every layer (``decided``: the
+    joint decision's order), in that order: the decision's rules over every layer (near-ties broken by the worst
+    point, extrapolations not deciding). Otherwise, with one kind measured, its own order stands; with several, by
+    combined cost, a backend within ``TIE`` of the cheapest that the most-weighted measured kind ranks first winning."""
     costed = [e for e in entries if e.latency_us is not None]
     rest = [e for e in entries if e.latency_us is None]
+    if decided:
+        return sorted(costed, key=lambda e: decided.index(e.backend)) + rest
+    measured_parts = [p for p in parts if _measured(p[0])]
     if len(measured_parts) == 1:
         own = [r.backend for r in measured_parts[0][0].ranked]
         return sorted(costed, key=lambda e: own.index(e.backend)) + rest
@@ -149,7 +154,8 @@ class Layered:
     def cost(self, backend: str) -> Costed | None:
         """``backend``'s cost over the mix, one tactic per mix point for every layer; None where some phase has no
         tactic measured for every kind."""
-        return cost_with(backend, self.tactics(backend), self.at(backend), self.basis.mix)
+        phases = self.kinds[0][0].measured_phases.get(backend)
+        return cost_with(backend, self.tactics(backend), self.at(backend), self.basis.mix, phases)
 
     def table(self, backend: str) -> tuple[DispatchEntry, ...]:
         """``backend``'s dispatch table over every layer: per cell the tactic of least layer-weighted estimate; where a
@@ -208,10 +214,13 @@ def _layered(parts: Sequence[tuple[Selection, int, str]]) -> Layered | None:
     return Layered(tuple((b.evidence, n) for b, n in bases if b is not None), first)
 
 
-def _kind_notes(parts: Sequence[tuple[Selection, int, str]], chosen: str, agreed: bool) -> list[str]:
+def _kind_notes(
+    parts: Sequence[tuple[Selection, int, str]], chosen: str, agreed: bool, decided: str | None
+) -> list[str]:
     """What a combined selection says: how it was ranked, kinds left unmeasured, lost per-phase routing, and the
     kinds' own notes (those common to all once; a kind's others only where its own winner is the chosen backend,
-    since they describe that winner)."""
+    since they describe that winner). With a decision over every layer (``decided``: its note, possibly empty), the
+    kinds' own decision notes give way to it, as they describe rankings the combined one replaces."""
     layers = ", ".join(f"{n} {name}" for _, n, name in parts)
     unmeasured = [name for sel, _, name in parts if not _measured(sel)]
     how = "its cost weighted by layer count" if len(unmeasured) < len(parts) else "nothing measured for any kind"
@@ -223,12 +232,17 @@ def _kind_notes(parts: Sequence[tuple[Selection, int, str]], chosen: str, agreed
         )
     if not agreed:
         notes.append("the measured layer kinds' per-phase winners differ: no per-phase routing")
-    first = parts[0][0]
-    common = [n for n in first.notes if all(n in sel.notes for sel, _, _ in parts)]
+
+    def kept(sel: Selection) -> list[str]:
+        dropped = sel.basis.decided if decided is not None and sel.basis is not None else ()
+        return [n for n in sel.notes if n not in dropped]
+
+    first = kept(parts[0][0])
+    common = [n for n in first if all(n in kept(sel) for sel, _, _ in parts)]
     own = [
-        f"{name} layers: {n}" for sel, _, name in parts if sel.backend == chosen for n in sel.notes if n not in common
+        f"{name} layers: {n}" for sel, _, name in parts if sel.backend == chosen for n in kept(sel) if n not in common
     ]
-    return notes + common + own
+    return notes + common + ([decided] if decided else []) + own
 
 
 def combine(parts: Sequence[tuple[Selection, int, str]]) -> Selection:
@@ -249,13 +263,15 @@ def combine(parts: Sequence[tuple[Selection, int, str]]) -> Selection:
         )
     joint = _layered(parts)
     one = {b: joint.cost(b) for b in valid} if joint is not None else {}
-    ranked = _order([_combined(b, parts, joint, one.get(b)) for b in valid], parts)
+    costed = [c for c in one.values() if c is not None]
+    order, decided = decide_one(costed, joint.basis.mix) if joint is not None and costed else ([], None)
+    ranked = _order([_combined(b, parts, joint, one.get(b)) for b in valid], parts, order)
     chosen = next(e for e in ranked if e.backend == first.requested) if first.requested else ranked[0]
     measured = [sel for sel, _, _ in parts if _measured(sel)] or [first]
     agree = {ph: b for ph, b in measured[0].per_phase.items() if all(sel.per_phase.get(ph) == b for sel in measured)}
-    notes = _kind_notes(parts, chosen.backend, joint is not None or agree == dict(measured[0].per_phase))
+    notes = _kind_notes(parts, chosen.backend, joint is not None or agree == dict(measured[0].per_phase), decided)
     if joint is not None:  # each phase's winner over every layer
-        agree = per_phase_winners([c for c in one.values() if c is not None], joint.basis.mix)
+        agree = per_phase_winners(costed, joint.basis.mix)
     dispatch: tuple[DispatchEntry, ...] = ()
     if joint is not None and one.get(chosen.backend) is not None:
         dispatch = joint.table(chosen.backend)

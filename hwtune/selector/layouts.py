@@ -15,14 +15,19 @@ from typing import Callable
 
 from hwtune.core.errors import BackendNotValidError, NoValidBackendError
 from hwtune.core.types import AttentionSpec
-from hwtune.selector.selection import Selection
+from hwtune.selector.selection import RankedBackend, Selection
 
 LAYOUTS = ("NHD", "HND")
 
 
+def _chosen(selection: Selection) -> RankedBackend | None:
+    return next((r for r in selection.ranked if r.backend == selection.backend), None)
+
+
 def measured_cost(selection: Selection) -> float | None:
-    """The chosen backend's measured cost over the mix, or None when it was not measured."""
-    chosen = next((r for r in selection.ranked if r.backend == selection.backend), None)
+    """The chosen backend's measured cost over the mix, or None when it was not measured (a cost over fewer phases
+    than the mix has is ``RankedBackend.measured_phases``')."""
+    chosen = _chosen(selection)
     if chosen is None or chosen.source == "static" or chosen.latency_us is None:
         return None
     return chosen.latency_us
@@ -34,22 +39,28 @@ def measured_cheapest(
     """The measured cheapest of ``choices`` (label -> spec, each selected alone) over the mix: (its label, its
     selection, "label: backend ~cost us; ..." of every measured choice), or None when none was measured. A choice
     nothing serves (or not the requested backend) is left out: another may; so is one whose cost leaves out a layer
-    kind nothing was measured for, where another choice's cost covers every kind."""
+    kind nothing was measured for, where another choice's cost covers every kind, and one whose chosen backend was
+    measured in fewer phases than the mix has (a decode-only FLASHMLA), where another's covers every phase: costs of
+    different coverage are not compared."""
     measured: list[tuple[float, str, Selection]] = []
+    phases: dict[str, tuple[str, ...]] = {}  # label -> the chosen backend's measured_phases (empty: every phase)
     for label, spec in choices.items():
         try:
             sel = select_one(spec)
         except (NoValidBackendError, BackendNotValidError):
             continue
-        cost = measured_cost(sel)
-        if cost is not None:
+        cost, chosen = measured_cost(sel), _chosen(sel)
+        if cost is not None and chosen is not None:
             measured.append((cost, label, sel))
+            phases[label] = chosen.measured_phases
     if not measured:
         return None
     complete = [m for m in measured if not m[2].unmeasured_layers]  # costs over every layer kind (layer_kinds.py)
     measured = complete or measured
-    measured.sort(key=lambda m: m[0])
-    compared = "; ".join(f"{label}: {sel.backend} ~{cost:.1f} us" for cost, label, sel in measured)
+    widest = min((phases[m[1]] for m in measured), key=lambda p: (bool(p), p))  # every phase (()) first
+    measured = sorted((m for m in measured if phases[m[1]] == widest), key=lambda m: m[0])
+    only = f" ({' and '.join(widest)} only)" if widest else ""
+    compared = "; ".join(f"{label}: {sel.backend} ~{cost:.1f} us{only}" for cost, label, sel in measured)
     return measured[0][1], measured[0][2], compared
 
 

@@ -68,6 +68,9 @@ class Evidence:
     disqualified_by_tactic: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     caveats: dict[str, list[str]] = field(default_factory=dict)  # backend -> short remarks ("see notes")
+    #: Backends whose probe measures fewer phases than they serve (the catalogue's ``Probe.phases``: FLASHMLA and
+    #: FLASH_ATTN_MLA decode only), with the phases measured: they are costed and compared on those phases alone.
+    measured_phases: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def backends(self) -> set[str]:
         """Backends with at least one usable (ok, this-environment) measurement."""
@@ -149,10 +152,21 @@ def gather(rows: Iterable[tuple], fingerprints: Mapping[str, Mapping], env_hash:
     _judge_failures(ev, here)
     _aggregate_timings(ev, here)
     _drop_covered(ev)
+    _partial_phases(ev)
     for h, n in foreign.items():
         why = "; ".join(differences(fingerprints.get(h, {}), fingerprint)[:3]) or "a different environment"
         ev.notes.append(f"ignored {n} measurement(s) from another environment: {why}")
     return ev
+
+
+def _partial_phases(ev: Evidence) -> None:
+    """``Evidence.measured_phases`` of the measured backends, from the catalogue."""
+    from hwtune.core import catalogue
+
+    for backend in ev.backends():
+        found = catalogue.find(backend)
+        if found is not None and found.probe is not None and found.probe.phases is not None:
+            ev.measured_phases[backend] = found.probe.phases
 
 
 def _drop_covered(ev: Evidence) -> None:

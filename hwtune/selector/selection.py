@@ -26,9 +26,12 @@ class RankedBackend:
     latency_us: float | None = None
     confidence: float | None = None
     detail: str = ""
+    #: The phases ``latency_us`` covers where fewer than the mix's (a backend measured in those alone, such as
+    #: FLASHMLA's decode); empty: every phase.
+    measured_phases: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "backend": self.backend,
             "source": self.source,
             "tactics": dict(self.tactics),
@@ -36,6 +39,7 @@ class RankedBackend:
             "confidence": self.confidence,
             "detail": self.detail,
         }
+        return {**out, "measured_phases": list(self.measured_phases)} if self.measured_phases else out
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,8 @@ class Basis:
     mix: tuple["MixPoint", ...]
     max_batch: int
     max_context: int
+    #: The notes of this spec's own decision between backends (``decision.rank``), which a combined ranking replaces.
+    decided: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -192,6 +198,7 @@ class Selection:
         lines.append("ranked (valid):")
         for i, r in enumerate(self.ranked, 1):
             est = f", ~{r.latency_us:.1f} us" if r.latency_us is not None else ""
+            est += f" ({' and '.join(r.measured_phases)} only)" if est and r.measured_phases else ""
             conf = f", confidence {r.confidence:.2f}" if r.confidence is not None else ""
             tac = ", ".join(f"{p}: {t}" for p, t in r.tactics.items())
             lines.append(

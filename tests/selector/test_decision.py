@@ -33,6 +33,12 @@ def test_points_beyond_the_measured_range_do_not_decide() -> None:
     ranked, per_phase, notes = rank(static("A", "B"), ev, mix)
     assert ranked[0].backend == "B" and per_phase == {"decode": "B"}
     assert "9 of 10 mix points inside every measured backend's range" in notes[0]
+    # the costs shown rank A cheaper: the note gives both costs, on the deciding points and on every point
+    a_in, b_in = (sum(c.per_point[i][0] for i in range(9)) for c in (costs["A"], costs["B"]))
+    assert f"there B costs {b_in:.1f} us and A {a_in:.1f}" in notes[0]
+    assert f"with the extrapolations {costs['B'].cost_us:.1f} and {costs['A'].cost_us:.1f}" in notes[0]
+    order, agreed = decide([costs["B"]], mix)  # one backend: nothing to explain
+    assert order == ["B"] and agreed == ""
 
 
 def test_when_shared_points_are_too_few_every_point_decides() -> None:

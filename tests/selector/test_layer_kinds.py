@@ -326,16 +326,35 @@ def test_selections_callers_get_carry_no_evidence(url) -> None:
     assert pickle.loads(pickle.dumps(both)) == both
 
 
-def test_a_phase_routed_to_another_backend_dispatches_its_tactics_over_every_layer(tmp_path) -> None:
-    """FLASH_ATTN prefills far faster on both kinds and is chosen; decode is routed to FLASHINFER, whose fa3 wins
-    small batches and fa2-tc large ones on both kinds: the routed phase's cells follow that crossover."""
+def test_the_ranking_over_every_layer_follows_the_decision_rules(tmp_path) -> None:
+    """Both kinds measured prefill at two shapes only, where FLASH_ATTN is 5x faster; decode, measured over the mix,
+    FLASHINFER wins. The prefill points beyond the measurements are extrapolations, which do not decide: each kind
+    alone picks FLASHINFER, and so does the ranking over every layer (it once ranked by every point's cost and picked
+    FLASH_ATTN), whose note says so with both costs, once and not per kind."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    with Store.open(url) as s:
+        s.write(crossover_records([(q, q + p) for q in (2048,) for p in (0, 8192)]))
+    _cached.cache_clear()
+    both = select(url, full_attention_layers=18, num_layers=36)
+    alone = [hwtune.select_attention(s, device="h100", assume_installed=True, db=url) for s in (WINDOWED, FULL)]
+    assert both.backend == "FLASHINFER" and [a.backend for a in alone] == ["FLASHINFER", "FLASHINFER"]
+    assert cost(both, "FLASH_ATTN") < cost(both, "FLASHINFER")  # every point's cost alone would pick FLASH_ATTN
+    decided = [n for n in both.notes if "decided over" in n]
+    assert len(decided) == 1 and decided[0].startswith("decided over the 22 of 28 mix points")
+    assert "there FLASHINFER costs" in decided[0] and "with the extrapolations" in decided[0]
+    _cached.cache_clear()
+
+
+def crossover_records(prefills: list[tuple[int, int]]) -> list:
+    """Both kinds: FLASH_ATTN prefills 5x faster at ``prefills`` (chunk, context); decode over batch x context,
+    FLASHINFER's fa3 the faster at small batches, its fa2-tc at large ones, FLASH_ATTN 5 % behind."""
     from hwtune.core.types import AttentionWorkload
     from tests.selector.test_measured import rec
 
     out = []
     for spec in (WINDOWED, FULL):
         for w in [AttentionWorkload(spec, "decode", b, c) for b in (1, 16, 256) for c in (512, 8192, 32768)] + [
-            AttentionWorkload(spec, "prefill", 1, p + 2048, query_len=2048) for p in (0, 8192)
+            AttentionWorkload(spec, "prefill", 1, c, query_len=q) for q, c in prefills
         ]:
             base = 10 + 0.001 * (w.batch * w.context_len if w.phase == "decode" else w.query_len * w.context_len / 50)
             if w.phase == "prefill":
@@ -347,9 +366,16 @@ def test_a_phase_routed_to_another_backend_dispatches_its_tactics_over_every_lay
             out += [rec(w, "FLASHINFER", "fa3", base * (0.8 if small else 1.0))]
             out += [rec(w, "FLASHINFER", "fa2-tc", base * (1.0 if small else 0.8))]
             out.append(rec(w, "FLASH_ATTN", "fa3", base * 1.05))
+    return out
+
+
+def test_a_phase_routed_to_another_backend_dispatches_its_tactics_over_every_layer(tmp_path) -> None:
+    """FLASH_ATTN prefills far faster on both kinds and is chosen; decode is routed to FLASHINFER, whose fa3 wins
+    small batches and fa2-tc large ones on both kinds: the routed phase's cells follow that crossover. (Prefill is
+    measured over the mix's chunks and contexts: extrapolated points do not decide.)"""
     url = f"sqlite:///{tmp_path / 'r.db'}"
     with Store.open(url) as s:
-        s.write(out)
+        s.write(crossover_records([(q, c) for q in (512, 2048, 8192) for c in (q, 32768)]))
     _cached.cache_clear()
     both = select(url, full_attention_layers=18, num_layers=36)
     assert both.backend == "FLASH_ATTN" and both.per_phase == {"decode": "FLASHINFER", "prefill": "FLASH_ATTN"}
