@@ -128,9 +128,10 @@ def decide(costed: Sequence[Costed], mix: Sequence[MixPoint], phase: str | None 
     near = [c for c in order if cost[c.backend] <= cheapest * TIE]
     winner = min(near, key=lambda c: (round(worst[c.backend], 3), cost[c.backend]))
     ranked = [winner.backend] + [c.backend for c in order if c is not winner]
-    aside = _extrapolations_aside(costed, mix, points, cost, winner.backend)
+    partial = _partial_note(costed, mix, in_phase, points)
+    aside = "" if partial else _extrapolations_aside(costed, mix, points, cost, order[0].backend)
     note = _note(len(costed), len(points), deciding, shared, winner, order[0], worst, phase, aside)
-    return ranked, "; ".join(filter(None, [_partial_note(costed, mix, in_phase, points), note]))
+    return ranked, "; ".join(filter(None, [partial, note]))
 
 
 def decide_one(costed: Sequence[Costed], mix: Sequence[MixPoint], shared: bool = False) -> tuple[list[str], str]:
@@ -154,21 +155,21 @@ def _partial_note(costed: Sequence[Costed], mix: Sequence[MixPoint], in_phase: l
         return ""
     partial = ", ".join(f"{c.backend} measures {' and '.join(sorted(c.phases))} only" for c in costed if c.phases)
     kept = " and ".join(sorted({mix[i].phase for i in points}))
-    return f"compared on the {kept} mix points alone ({partial}; the engine runs its other phases on another path)"
+    return f"compared on the {kept} mix points alone, where every backend was measured ({partial})"
 
 
 def _extrapolations_aside(
-    costed: Sequence[Costed], mix: Sequence[MixPoint], points: list[int], cost: dict[str, float], winner: str
+    costed: Sequence[Costed], mix: Sequence[MixPoint], points: list[int], cost: dict[str, float], cheapest: str
 ) -> str:
-    """Where the costs shown (every point) would rank another backend first: both costs on the deciding points and
-    on every point, so that the ranking does not read as contradicting its own numbers."""
+    """Where the extrapolated points change which backend is cheapest (the costs shown include them): both costs on
+    the deciding points and on every point, so that the ranking does not read as contradicting its own numbers."""
     shown = {c.backend: sum(mix[i].weight * c.per_point[i][0] for i in points) for c in costed}
     cheaper = min(shown, key=lambda b: shown[b])
-    if cheaper == winner:
+    if shown[cheaper] >= shown[cheapest]:
         return ""
     return (
-        f"; there {winner} costs {cost[winner]:.1f} us and {cheaper} {cost[cheaper]:.1f}, with the extrapolations "
-        f"{shown[winner]:.1f} and {shown[cheaper]:.1f}"
+        f"; there {cheapest} costs {cost[cheapest]:.1f} us and {cheaper} {cost[cheaper]:.1f}, with the extrapolations "
+        f"{shown[cheapest]:.1f} and {shown[cheaper]:.1f}"
     )
 
 
@@ -223,7 +224,10 @@ def rank(
         for c in (costed[b] for b in order)
     ]
     ranked += [r for r in static if r.backend not in costed]
-    return ranked, per_phase_winners(list(costed.values()), mix), [note] if note else []
+    per_phase = per_phase_winners(list(costed.values()), mix)
+    if shared:  # a phase some backend was not measured in runs on the shared path: it is no one's to win
+        per_phase = {ph: b for ph, b in per_phase.items() if all(ph in (c.phases or {ph}) for c in costed.values())}
+    return ranked, per_phase, [note] if note else []
 
 
 def _costed_over(c: Costed, mix: Sequence[MixPoint]) -> str:

@@ -68,3 +68,19 @@ def test_a_clear_winner_is_not_overturned_by_its_worst_point() -> None:
     ev = Evidence(points={("A", "t", "decode"): a, ("B", "t", "decode"): b})
     mix = [MixPoint("decode", bb, c, 1.0) for bb, c in GRID]
     assert decide([cost_backend(ev, n, mix) for n in "AB"], mix) == (["A", "B"], "")
+
+
+def test_costs_are_set_side_by_side_only_where_the_extrapolations_change_the_cheapest() -> None:
+    """A is 3 % cheaper on the deciding points and with the extrapolated one too, but 2x slower at small shapes; B
+    wins the near-tie by its worst point: the note says so, and gives no costs 'with the extrapolations', which
+    changed nothing."""
+    a = decode(lambda b, c: 40.0 if b * c <= 2048 else 0.95 * (20.0 + b * c / 100))
+    b = decode(lambda b, c: 20.0 if b * c <= 2048 else 20.0 + b * c / 100)
+    a += [Point(16, 16384, 1, 2000.0, 1)]  # A alone measured one larger shape, where it is cheaper still
+    ev = Evidence(points={("A", "t", "decode"): a, ("B", "t", "decode"): b})
+    mix = [*(MixPoint("decode", bb, c, 1.0) for bb, c in GRID), MixPoint("decode", 16, 16384, 0.1)]
+    costs = [cost_backend(ev, n, mix) for n in "AB"]
+    assert costs[0].cost_us < costs[1].cost_us
+    order, note = decide(costs, mix)
+    assert order == ["B", "A"] and "9 of 10 mix points" in note and "B is at worst" in note
+    assert "with the extrapolations" not in note
