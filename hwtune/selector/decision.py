@@ -7,7 +7,10 @@ of them is an extrapolation and must not decide between them; it still counts in
 points hold less than ``SHARED_FLOOR`` of the mix's weight (backends measured on different grids), every point
 decides. Among the backends within ``TIE`` of the cheapest, the one whose worst point is least behind the best
 backend there wins, since a near-tie in total cost is no reason to accept a large loss on some workloads. The same
-holds for each phase's winner (``per_phase``).
+holds for each phase's winner (``per_phase``). A backend whose probe measures fewer phases than it serves (FLASHMLA's
+decode) is costed and compared on those phases' points alone: it competes for them per phase, and as one backend
+follows the backends whose whole cost is known, unless the engine runs its other phases on a path they all share
+(``decide_one``).
 """
 
 from __future__ import annotations
@@ -67,7 +70,8 @@ def point_estimate(ev: Evidence, backend: str) -> Estimate:
 
 
 def cost_backend(ev: Evidence, backend: str, mix: Sequence[MixPoint]) -> Costed | None:
-    """Weighted cost over the mix with the best tactic per point; None if some phase is unmeasured."""
+    """Weighted cost over the mix with the best tactic per point (over the phases its probe measures, where fewer:
+    ``Evidence.measured_phases``); None if a phase it should have been measured in is unmeasured."""
     tactics = sorted({t for (b, t, _p) in ev.points if b == backend})  # sorted: ties break alike in every process
     return cost_with(backend, tactics, point_estimate(ev, backend), mix, ev.measured_phases.get(backend))
 
