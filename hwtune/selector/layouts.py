@@ -25,8 +25,8 @@ def _chosen(selection: Selection) -> RankedBackend | None:
 
 
 def measured_cost(selection: Selection) -> float | None:
-    """The chosen backend's measured cost over the mix, or None when it was not measured (a cost over fewer phases
-    than the mix has is ``RankedBackend.measured_phases``')."""
+    """The chosen backend's measured cost over the mix, or None when it was not measured (the phases it covers, where
+    fewer than the mix's: ``RankedBackend.measured_phases``)."""
     chosen = _chosen(selection)
     if chosen is None or chosen.source == "static" or chosen.latency_us is None:
         return None
