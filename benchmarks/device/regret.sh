@@ -12,7 +12,8 @@
 # scored, and an interrupted default tune still leaves the oracle its own time), CAP seconds of timing per oracle
 # candidate (default 0.3), BISECT_FACTOR (regret.py --bisect-factor: the default tune's bisection factor, an experiment),
 # BISECT_TACTICS=1 (regret.py --bisect-tactics: also bisect a winning backend's own tactic crossovers, an experiment),
-# BLOCK_SIZE (regret.py --block-size: the KV block size of every step, e.g. 64 for FLASHMLA; names the outputs -bs<size>).
+# BLOCK_SIZE (regret.py --block-size: the KV block size of every step, e.g. 64 for FLASHMLA; names the outputs -bs<size>),
+# FI_PACK=1 (at the end, FlashInfer's JIT cache packed into $OUT/fi-cache.tar.xz by fi_pack.sh, for .fi-pack).
 # Outputs in $OUT/regret/<model>-tp<TP>[-kv<dtype>][-bs<size>]/: regret.json; in $OUT:
 # regret_<model>-tp<TP>[-kv<dtype>][-bs<size>]_{train,oracle}.jsonl.
 set -u
@@ -43,4 +44,5 @@ for model in "$@"; do
     rm -f "$R/$k.db" "$R/$k.db-wal" "$R/$k.db-shm"  # the JSON Lines export is what comes back
   done
 done
+[ "${FI_PACK:-0}" = 1 ] && bash benchmarks/device/fi_pack.sh
 exit 0

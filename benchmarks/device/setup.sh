@@ -2,13 +2,16 @@
 # Installs the carried wheels in .whl/ (flashinfer, sqlalchemy, alembic, platformdirs: the device machines
 # have no network) into a temp dir, with vLLM's attention kernels where .vllm/ holds a bundle (vllm_bundle.sh;
 # FLASH_ATTN fa3 and FLASHMLA), puts that dir and the repository on PYTHONPATH, points FlashInfer's JIT
-# cache at $FLASHINFER_WORKSPACE_BASE (default /tmp/fi-ws), turns NVLink multicast off (NCCL NVLS, torch
+# cache at $FLASHINFER_WORKSPACE_BASE (default /tmp/fi-ws; filled from .fi-pack/*.tar.xz where carried: fi_pack.sh), turns NVLink multicast off (NCCL NVLS, torch
 # symmetric memory, NVSHMEM), creates $OUT (default /tmp/out) and prints the GPU (name, driver, memory, max SM
 # clock) and the torch / triton / flashinfer versions: the provenance a result file needs.
 t=$(mktemp -d) && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target "$t" .whl/*.whl && export PYTHONPATH="$t:$PWD" || return 1
 for b in .vllm/*.tar.xz; do [ -f "$b" ] && { tar -C "$t" -xJf "$b" || return 1; }; done
 export FLASHINFER_WORKSPACE_BASE="${FLASHINFER_WORKSPACE_BASE:-/tmp/fi-ws}"
+for p in .fi-pack/*.tar.xz; do  # a JIT cache packed by fi_pack.sh in an earlier call, carried as .fi-pack
+  [ -f "$p" ] && { mkdir -p "$FLASHINFER_WORKSPACE_BASE" && tar -C "$FLASHINFER_WORKSPACE_BASE" -xJf "$p" || return 1; }
+done
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
