@@ -85,9 +85,10 @@ def cost_with(
     weight_by_tactic: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     phase_cost: dict[str, float] = defaultdict(float)
     per_point: list[tuple[float, bool]] = []
-    partial = phases is not None and any(mp.phase not in phases for mp in mix)
-    for mp in mix:
-        if partial and mp.phase not in phases:  # type: ignore[operator]
+    measured = [phases is None or mp.phase in phases for mp in mix]
+    partial = not all(measured)
+    for mp, here in zip(mix, measured):
+        if not here:
             per_point.append((math.nan, False))
             continue
         best = None
@@ -104,7 +105,7 @@ def cost_with(
         exact &= is_exact
         weight_by_tactic[mp.phase][t] += mp.weight
         per_point.append((lat, inside))
-    wsum = sum(mp.weight for mp in mix if not partial or mp.phase in phases) or 1.0  # type: ignore[operator]
+    wsum = sum(mp.weight for mp, here in zip(mix, measured) if here) or 1.0
     if not weight_by_tactic:
         return None
     main = {ph: max(ws, key=ws.get) for ph, ws in weight_by_tactic.items()}  # type: ignore[arg-type]
@@ -145,7 +146,7 @@ def decide_one(costed: Sequence[Costed], mix: Sequence[MixPoint], shared: bool =
     with the other backends, so every backend is decided on the phases all of them were measured in."""
     full = [c for c in costed if c.phases is None]
     partial = sorted((c for c in costed if c.phases is not None), key=lambda c: c.cost_us)
-    order, note = decide(full or partial, mix) if not shared else decide(costed, mix)
+    order, note = decide(costed if shared else full or partial, mix)
     if shared or not full or not partial:
         return order, note
     said = ", ".join(f"{c.backend} ({' and '.join(sorted(c.phases or ()))})" for c in partial)
