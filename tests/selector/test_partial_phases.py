@@ -130,24 +130,33 @@ def test_backends_that_all_measure_decode_only_are_decided_on_decode() -> None:
     assert a.cost_us == pytest.approx(sum(10 + 0.0001 * bb * c for bb, c in DECODE) * 39 / 9)
 
 
-def test_vllm_on_hopper_chooses_between_its_decode_only_mla_backends_and_their_block_sizes(tmp_path) -> None:
-    """vLLM's FLASH_ATTN_MLA (16-token pages) and FLASHMLA (64) each measured at the size vLLM runs it: with no block
-    size given, the faster decode wins and the selection says the block size to start vLLM with (issue 19)."""
+def decode_at(backend: str, size: int, factor: float) -> list:
+    """``backend``'s decode over DECODE at ``size``-token pages, ``factor`` x the base time."""
+    spec = dataclasses.replace(MLA, block_size=size)
+    return [
+        rec(AttentionWorkload(spec, "decode", b, c), backend, "default", factor * (10 + 0.0001 * b * c))
+        for b, c in DECODE
+    ]
+
+
+def select_vllm(tmp_path, out: list):
+    """vLLM's selection from ``out`` with no block size given."""
     url = f"sqlite:///{tmp_path / 'v.db'}"
-    out = []
-    for backend, size, factor in (("FLASH_ATTN_MLA", 16, 1.0), ("FLASHMLA", 64, 0.85)):
-        spec = dataclasses.replace(MLA, block_size=size)
-        out += [
-            rec(AttentionWorkload(spec, "decode", b, c), backend, "default", factor * (10 + 0.0001 * b * c))
-            for b, c in DECODE
-        ]
     with Store.open(url) as s:
         s.write(out)
     _cached.cache_clear()
-    sel = hwtune.select_attention(
-        dataclasses.replace(MLA, block_size=None), device="h100", assume_installed=True, db=url, engine="vllm"
-    )
-    _cached.cache_clear()
+    try:
+        return hwtune.select_attention(
+            dataclasses.replace(MLA, block_size=None), device="h100", assume_installed=True, db=url, engine="vllm"
+        )
+    finally:
+        _cached.cache_clear()
+
+
+def test_vllm_on_hopper_chooses_between_its_decode_only_mla_backends_and_their_block_sizes(tmp_path) -> None:
+    """vLLM's FLASH_ATTN_MLA (16-token pages) and FLASHMLA (64) each measured at the size vLLM runs it: with no block
+    size given, the faster decode wins and the selection says the block size to start vLLM with (issue 19)."""
+    sel = select_vllm(tmp_path, decode_at("FLASH_ATTN_MLA", 16, 1.0) + decode_at("FLASHMLA", 64, 0.85))
     assert sel.backend == "FLASHMLA" and [r.backend for r in sel.ranked[:2]] == ["FLASHMLA", "FLASH_ATTN_MLA"]
     assert all(entry(sel, b).measured_phases == ("decode",) for b in ("FLASHMLA", "FLASH_ATTN_MLA"))
     assert any(n.startswith("compared on the decode mix points alone") for n in sel.notes)
@@ -158,26 +167,13 @@ def test_vllm_routes_no_phase_to_a_backend_by_measurements_its_others_lack(tmp_p
     """Beside the two decode-only backends, vLLM's TRITON_MLA measured in both phases (slower decode): decided on
     decode, FLASHMLA wins; prefill, which vLLM runs on its MLA prefill path whichever backend decodes, is routed to no
     one, so the launch keeps FLASHMLA's block size (it once routed prefill to TRITON_MLA at 16 and lost it)."""
-    url = f"sqlite:///{tmp_path / 'v.db'}"
-    out = []
-    for backend, size, factor in (("FLASH_ATTN_MLA", 16, 1.0), ("FLASHMLA", 64, 0.85), ("TRITON_MLA", 16, 1.2)):
-        spec = dataclasses.replace(MLA, block_size=size)
-        out += [
-            rec(AttentionWorkload(spec, "decode", b, c), backend, "default", factor * (10 + 0.0001 * b * c))
-            for b, c in DECODE
-        ]
     triton16 = dataclasses.replace(MLA, block_size=16)
-    out += [
+    prefill = [
         rec(AttentionWorkload(triton16, "prefill", 1, c, query_len=q), "TRITON_MLA", "default", 20 + 0.001 * q * c)
         for q, c in PREFILL
     ]
-    with Store.open(url) as s:
-        s.write(out)
-    _cached.cache_clear()
-    sel = hwtune.select_attention(
-        dataclasses.replace(MLA, block_size=None), device="h100", assume_installed=True, db=url, engine="vllm"
-    )
-    _cached.cache_clear()
+    decode = decode_at("FLASH_ATTN_MLA", 16, 1.0) + decode_at("FLASHMLA", 64, 0.85) + decode_at("TRITON_MLA", 16, 1.2)
+    sel = select_vllm(tmp_path, decode + prefill)
     assert sel.backend == "FLASHMLA" and sel.per_phase == {"decode": "FLASHMLA"} and not sel.phase_dispatch
     args = sel.launch().args
     assert "--attention-backend" in args and args[args.index("--block-size") + 1] == "64"
