@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Regret of hwtune's selection on other models (docs/regret.md): per model, the default plan tuned
 # into train.db, the off-grid oracle into oracle.db, both scored, and both stores exported as JSON Lines. Device
-# kind: nvidia-h100-x1. Carry .whl and .fi-cache (and .vllm for FLASH_ATTN's fa3 and FLASHMLA: vllm_bundle.sh).
+# kind: nvidia-h100-x1 or nvidia-h200. Carry .whl, .fi-pack (FlashInfer's kernels packed by an earlier call: fi_pack.sh)
+# and .vllm for FLASH_ATTN's fa3 and FLASHMLA (vllm_bundle.sh). One model after another: runs side by side compile the
+# same kernels at once (benchmarks/README.md).
 #
 #   [BACKENDS=FLASHINFER,HWTUNE_TRITON_ATTN:auto] TRAIN_LIMIT=300 ORACLE_LIMIT=200 bash benchmarks/device/regret.sh \
 #       CONFIG:TP [CONFIG:TP ...]
