@@ -31,6 +31,7 @@ from hwtune.kernels._common import (
     LOG2E,
     check_lse,
     check_runnable,
+    interpreting,
     jit_workload_generic,
     num_sms,
     split_tile_range,
@@ -50,7 +51,8 @@ class MlaConfig:
     """One launch geometry: heads and query tokens per program (``block_h * block_t`` rows), KV positions per inner
     tile, KV splits per program's rows, warps and pipeline stages; ``half_partials``: split partial outputs stored in
     the output's 16-bit dtype instead of float32 (half their write and read traffic; merged in float32, as
-    FlashInfer's MLA keeps its partials in the output dtype)."""
+    FlashInfer's MLA keeps its partials in the output dtype); ``tma``: latent tiles copied by TMA (``_tma_unsupported``
+    says where that is possible: a 16-bit cache of whole pages, tiles inside one page, Hopper or later)."""
 
     block_h: int
     block_t: int
@@ -59,6 +61,7 @@ class MlaConfig:
     num_warps: int
     num_stages: int
     half_partials: bool = False
+    tma: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_h", "block_t", "block_n"):
@@ -73,10 +76,12 @@ class MlaConfig:
             raise ValueError("MlaConfig.half_partials needs num_splits > 1 (one split writes the output directly)")
 
     def name(self) -> str:
-        """Short stable name kept in measurement records, e.g. ``h64-t1-n32-s8-w8-st2`` (``-p16``: half partials)."""
+        """Short stable name kept in measurement records, e.g. ``h64-t1-n32-s8-w8-st2`` (``-p16``: half partials,
+        ``-tma``: TMA tiles)."""
         return (
             f"h{self.block_h}-t{self.block_t}-n{self.block_n}-s{self.num_splits}-w{self.num_warps}-st{self.num_stages}"
             + ("-p16" if self.half_partials else "")
+            + ("-tma" if self.tma else "")
         )
 
 
@@ -104,8 +109,13 @@ def default_mla_config(
 _WARPS_STAGES = {16: ((4, 2), (4, 3), (8, 2)), 32: ((4, 2), (8, 2), (8, 3)), 64: ((8, 2), (8, 1), (4, 2))}
 
 
+#: The TMA tiles the ``tuned`` search adds (``mla_config_space``'s ``tma_page``): positions, (warps, stages).
+_TMA_BLOCK_N = 32
+_TMA_WARPS_STAGES = ((4, 3), (4, 4))
+
+
 def mla_config_space(
-    *, num_heads: int, max_query_len: int, batch: int, max_seq_len: int, sms: int, kv_bytes: int = 2
+    *, num_heads: int, max_query_len: int, batch: int, max_seq_len: int, sms: int, kv_bytes: int = 2, tma_page: int = 0
 ) -> list[MlaConfig]:
     """Configs the ``tuned`` tactic searches for one workload, the ``auto`` config first, no duplicates: KV tiles of
     16, 32 and 64 positions x split counts {1, auto / 4, auto / 2, auto, 2 auto, 4 auto, the most that keep all
@@ -114,7 +124,15 @@ def mla_config_space(
     differs. The one-wave count is auto's without its tokens-per-split floor: a fine sweep on an H100 (DeepSeek-V3 TP 8,
     2026-11-27, ``benchmarks/experiments/mla_split_sweep.py``) found it (32 x 700: 8 splits) or one split below it (8 x
     3000: 32 of 33) fastest where that floor holds auto below it (5 and 23 splits, 4-10 % slower), and calls up to 25 %
-    slower one split beyond it (a second wave)."""
+    slower one split beyond it (a second wave).
+
+    ``tma_page``: the page size where latent tiles can be TMA copies (``tma_unsupported`` is None), else 0. On pages
+    of a multiple of 32 positions, for 16-row programs (one decode token of 16 heads: DeepSeek-V3 at TP 8), the space
+    adds 32-position TMA tiles at auto's and the one-wave split count with 3 and 4 stages (``_TMA_WARPS_STAGES``): on an
+    H200 (2026-11-28, ``benchmarks/experiments/mla_tma.py``, screen times) they beat the best gathers at 5 of 8 shapes
+    on 64-token pages by 2.2-8.5 % (and lost 128 x 3000 by 10.7 %, where the search keeps gathers); 16-position TMA
+    tiles (all a 16-token page allows) and 64-position ones were slower than gathers nearly everywhere, and other row
+    counts were not measured (docs/kernels.md "TMA latent tiles")."""
     auto = default_mla_config(
         num_heads=num_heads, max_query_len=max_query_len, batch=batch, max_seq_len=max_seq_len, sms=sms,
         kv_bytes=kv_bytes,
@@ -132,6 +150,11 @@ def mla_config_space(
                 if cfg not in seen:
                     seen.add(cfg)
                     out.append(cfg)
+    if tma_page % _TMA_BLOCK_N == 0 and tma_page and rows == MIN_ROWS:
+        most = max(1, min(MAX_SPLITS, max_seq_len // _TMA_BLOCK_N))
+        for splits in sorted({min(auto.num_splits, most), min(one_wave, most)}):
+            for warps, stages in _TMA_WARPS_STAGES:
+                out.append(MlaConfig(auto.block_h, auto.block_t, _TMA_BLOCK_N, splits, warps, stages, tma=True))
     return out
 
 
@@ -194,6 +217,35 @@ def _load_q(
 
 
 @triton.jit
+def _gather_latent(
+    cache_ptr,
+    bt_row,
+    pos,
+    n_ok,
+    stride_cb,
+    stride_ct,
+    LORA: tl.constexpr,
+    ROPE: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    MASKED: tl.constexpr,
+):
+    """A tile's ckv and kpe rows loaded by address, each position's page from the block table (any page size);
+    positions past the context (``MASKED`` tiles) read as zeros."""
+    if MASKED:
+        blk = tl.load(bt_row + pos // PAGE_SIZE, mask=n_ok, other=0).to(tl.int64)
+    else:
+        blk = tl.load(bt_row + pos // PAGE_SIZE).to(tl.int64)
+    row = cache_ptr + blk * stride_cb + (pos % PAGE_SIZE).to(tl.int64) * stride_ct
+    if MASKED:
+        ckv = tl.load(row[:, None] + tl.arange(0, LORA)[None, :], mask=n_ok[:, None], other=0.0)
+        kpe = tl.load(row[:, None] + LORA + tl.arange(0, ROPE)[None, :], mask=n_ok[:, None], other=0.0)
+    else:
+        ckv = tl.load(row[:, None] + tl.arange(0, LORA)[None, :])
+        kpe = tl.load(row[:, None] + LORA + tl.arange(0, ROPE)[None, :])
+    return ckv, kpe
+
+
+@triton.jit
 def _latent_tile(
     acc,
     m_i,
@@ -213,23 +265,27 @@ def _latent_tile(
     BLOCK_N: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     MASKED: tl.constexpr,
+    desc_ckv,
+    desc_kpe,
+    TMA: tl.constexpr,
 ):
     """One KV tile of the online softmax (running max ``m_i`` in log2 units): each position's page from the block
     table, its latent row split into ckv and kpe, scores from both, output from ckv. Unmasked tiles (wholly before
-    every row's position) load without masks and apply the scale in the exponent's FMA."""
+    every row's position) load without masks and apply the scale in the exponent's FMA. With ``TMA`` the tile lies
+    inside one page and arrives as two descriptor copies (ckv and kpe columns of the cache seen as a
+    ``[pages x page, lora + rope]`` matrix); rows past the context may hold anything, so a masked tile's ckv rows
+    there are zeroed (their scores are masked below)."""
     pos = j * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = pos < kv_end
-    if MASKED:
-        blk = tl.load(bt_row + pos // PAGE_SIZE, mask=n_ok, other=0).to(tl.int64)
+    if TMA:
+        start = j * BLOCK_N
+        row0 = tl.load(bt_row + start // PAGE_SIZE) * PAGE_SIZE + start % PAGE_SIZE
+        ckv = desc_ckv.load([row0, 0])
+        kpe = desc_kpe.load([row0, LORA])
+        if MASKED:
+            ckv = tl.where(n_ok[:, None], ckv, 0.0)
     else:
-        blk = tl.load(bt_row + pos // PAGE_SIZE).to(tl.int64)
-    row = cache_ptr + blk * stride_cb + (pos % PAGE_SIZE).to(tl.int64) * stride_ct
-    if MASKED:
-        ckv = tl.load(row[:, None] + tl.arange(0, LORA)[None, :], mask=n_ok[:, None], other=0.0)
-        kpe = tl.load(row[:, None] + LORA + tl.arange(0, ROPE)[None, :], mask=n_ok[:, None], other=0.0)
-    else:
-        ckv = tl.load(row[:, None] + tl.arange(0, LORA)[None, :])
-        kpe = tl.load(row[:, None] + LORA + tl.arange(0, ROPE)[None, :])
+        ckv, kpe = _gather_latent(cache_ptr, bt_row, pos, n_ok, stride_cb, stride_ct, LORA, ROPE, PAGE_SIZE, MASKED)
     ckv = ckv.to(q_nope.dtype)
     qk = tl.dot(q_nope, tl.trans(ckv))
     qk = tl.dot(q_pe, tl.trans(kpe.to(q_pe.dtype)), acc=qk)
@@ -276,6 +332,8 @@ def _mla_decode_kernel(
     stride_ps,
     stride_pt,
     stride_ph,
+    desc_ckv,
+    desc_kpe,
     LORA: tl.constexpr,
     ROPE: tl.constexpr,
     BLOCK_H: tl.constexpr,
@@ -286,6 +344,7 @@ def _mla_decode_kernel(
     SPLIT: tl.constexpr,
     WRITE_LSE: tl.constexpr,
     F16_DOTS: tl.constexpr,
+    TMA: tl.constexpr,
 ):
     rows_tok, head, row_ok, rows_pos, kv_end, first_pos, req, idle = _rows(
         qsl_ptr, seq_lens_ptr, num_heads, n_qt, n_ht, BLOCK_H, BLOCK_T, CAUSAL
@@ -305,12 +364,12 @@ def _mla_decode_kernel(
     for j in range(t0, tl.minimum(t1, full_end)):
         acc, m_i, l_i = _latent_tile(
             acc, m_i, l_i, q_nope, q_pe, cache_ptr, bt_row, j, kv_end, rows_pos, stride_cb, stride_ct, scale_log2,
-            LORA, ROPE, BLOCK_N, PAGE_SIZE, False,
+            LORA, ROPE, BLOCK_N, PAGE_SIZE, False, desc_ckv, desc_kpe, TMA,
         )  # fmt: skip
     for j in range(tl.maximum(t0, full_end), t1):
         acc, m_i, l_i = _latent_tile(
             acc, m_i, l_i, q_nope, q_pe, cache_ptr, bt_row, j, kv_end, rows_pos, stride_cb, stride_ct, scale_log2,
-            LORA, ROPE, BLOCK_N, PAGE_SIZE, True,
+            LORA, ROPE, BLOCK_N, PAGE_SIZE, True, desc_ckv, desc_kpe, TMA,
         )  # fmt: skip
     offs_l = tl.arange(0, LORA)
     store_result(
@@ -391,17 +450,53 @@ def mla_decode(
     strides = (q.stride(0), q.stride(1), kv_cache.stride(0), kv_cache.stride(1), block_table.stride(0))
     strides += (out.stride(0), out.stride(1), lse_arg.stride(0), lse_arg.stride(1) if lse is not None else 0)
     strides += (part_lse.stride(0), part_lse.stride(1), part_lse.stride(2)) if splits > 1 else (0, 0, 0)
+    descs = _latent_descriptors(q, kv_cache, config, kv_lora_rank) if config.tma else (kv_cache, kv_cache)
     _mla_decode_kernel[(batch * n_qt * n_ht, splits)](
         q, kv_cache, block_table, seq_lens, query_start_loc, out, lse_arg, part_o, part_lse,
-        heads, n_qt, n_ht, splits, *scales, *strides,
+        heads, n_qt, n_ht, splits, *scales, *strides, *descs,
         LORA=kv_lora_rank, ROPE=rope, BLOCK_H=config.block_h, BLOCK_T=config.block_t, BLOCK_N=config.block_n,
         PAGE_SIZE=kv_cache.shape[1], CAUSAL=causal, SPLIT=splits > 1, WRITE_LSE=lse is not None,
-        F16_DOTS=kv_cache.dtype == torch.float8_e4m3fn and q.dtype == torch.bfloat16,
+        F16_DOTS=kv_cache.dtype == torch.float8_e4m3fn and q.dtype == torch.bfloat16, TMA=config.tma,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if splits > 1:
         merge_splits(part_o, part_lse, out, lse, query_start_loc, batch)
     return config
+
+
+def tma_unsupported(q: torch.Tensor, kv_cache: torch.Tensor, block_n: int) -> str | None:
+    """Why latent tiles of ``block_n`` positions cannot be TMA copies of this cache (None: they can)."""
+    if not interpreting():
+        if q.device.type != "cuda":
+            return "TMA copies need a CUDA device"
+        major, minor = torch.cuda.get_device_capability(q.device)
+        if major < 9:
+            return f"TMA copies need SM 9.0 or later (Hopper, Blackwell); this GPU is SM {major}.{minor}"
+    if kv_cache.dtype != q.dtype:
+        return f"TMA tiles go to the dots as they arrive: the cache must have the query's dtype, not {kv_cache.dtype}"
+    pages, page, width = kv_cache.shape
+    if page % block_n:
+        return f"a {block_n}-position tile must lie inside one page of {page}: use block_n dividing the page"
+    if kv_cache.stride(0) != page * kv_cache.stride(1) or (kv_cache.stride(1) * kv_cache.element_size()) % 16:
+        return "TMA needs whole pages back to back and a row stride of a multiple of 16 bytes"
+    if kv_cache.data_ptr() % 16 or pages * page >= 2**31:
+        return "TMA needs a 16-byte aligned cache of fewer than 2**31 rows"
+    return None
+
+
+def _latent_descriptors(q: torch.Tensor, kv_cache: torch.Tensor, config: MlaConfig, lora: int) -> tuple[object, object]:
+    """Host TMA descriptors of a tile's ckv and kpe columns, or a ValueError saying why there can be none."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    reason = tma_unsupported(q, kv_cache, config.block_n)
+    if reason is not None:
+        raise ValueError(f"MlaConfig.tma is not possible here: {reason}")
+    pages, page, width = kv_cache.shape
+    shape, strides = [pages * page, width], [kv_cache.stride(1), 1]
+    return (
+        TensorDescriptor(kv_cache, shape, strides, [config.block_n, lora]),
+        TensorDescriptor(kv_cache, shape, strides, [config.block_n, width - lora]),
+    )
 
 
 def _split_scratch(
@@ -416,4 +511,4 @@ def _split_scratch(
     )  # fmt: skip
 
 
-__all__ = ["MlaConfig", "default_mla_config", "mla_config_space", "mla_decode", "workspace_size"]
+__all__ = ["MlaConfig", "default_mla_config", "mla_config_space", "mla_decode", "tma_unsupported", "workspace_size"]

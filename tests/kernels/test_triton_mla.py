@@ -44,10 +44,11 @@ class Case:
     page: int = 16
     ctx: tuple[int, ...] = (70, 5, 33)
     query_len: int = 1
-    config: tuple | None = None  # MlaConfig fields (block_h, block_t, block_n, splits, warps, stages[, half_partials])
+    config: tuple | None = None  # MlaConfig fields (block_h, block_t, block_n, splits, warps, stages[, half_p., tma])
     causal: bool = True
     pad_tokens: int = 0
     scale_factor: float = 1.0  # != 1: call the kernel with a wrong softmax scale (the checks must fail)
+    nan_tail: bool = False  # NaN in each request's last page past its context: must never be weighed
 
 
 CASES: dict[str, Case] = {
@@ -66,6 +67,11 @@ CASES: dict[str, Case] = {
     "deepseek_widths_128_heads": Case(heads=128, lora=512, rope=64, dtype="float16", ctx=(40, 17)),
     "non_causal_share": Case(query_len=3, causal=False, config=(16, 4, 16, 2, 4, 2)),
     "graph_padding_rows": Case(pad_tokens=5, config=(16, 1, 16, 2, 4, 2)),
+    "gather_nan_tail": Case(ctx=(70, 5, 33), config=(16, 1, 32, 2, 4, 2), nan_tail=True),
+    "tma_page16_nan_tail": Case(ctx=(70, 5, 33), config=(16, 1, 16, 3, 4, 2, False, True), nan_tail=True),
+    "tma_page64_spec_lse": Case(
+        page=64, query_len=2, ctx=(130, 7, 100), config=(16, 2, 32, 2, 4, 2, False, True), nan_tail=True
+    ),
     "wrong_scale_is_caught": Case(scale_factor=math.sqrt(192 / 576)),  # the latent width's 1/sqrt(576)
 }
 #: Cases whose checks must fail: they show the checks can catch a broken kernel call.
@@ -77,6 +83,16 @@ GPU_CASES = {
     "tp1_spec_decode": Case(heads=128, lora=512, rope=64, ctx=(2048, 513), page=16, query_len=3),
     "tp8_fp8": Case(heads=16, lora=512, rope=64, ctx=(8192, 100), page=32, kv="fp8_e4m3"),
     "tp1_long_splits": Case(heads=128, lora=512, rope=64, ctx=(32768,), page=64),
+    "tp8_tma_page16": Case(heads=16, lora=512, rope=64, ctx=(3000, 700, 33), config=(16, 1, 16, 8, 4, 3, False, True)),
+    "tp8_tma_page64": Case(
+        heads=16,
+        lora=512,
+        rope=64,
+        ctx=(12000, 77, 3000),
+        page=64,
+        config=(16, 1, 64, 16, 4, 2, False, True),
+        nan_tail=True,
+    ),
     "tp8_half_partials": Case(
         heads=16, lora=512, rope=64, ctx=(12000, 700, 3000), page=16, config=(16, 1, 32, 16, 4, 2, True)
     ),
@@ -131,6 +147,14 @@ def _padded_q(p, pad: int):  # noqa: ANN001, ANN202
     return dataclasses.replace(p, q=q)
 
 
+def _poison_tails(p) -> None:  # noqa: ANN001
+    """NaN in every request's last page past its context (what a reused page can hold)."""
+    page = p.kv_cache.shape[1]
+    for r, seq in enumerate(p.seq_lens.tolist()):
+        last = (seq - 1) // page
+        p.kv_cache[int(p.block_table[r, last]), seq - last * page :] = float("nan")
+
+
 def run_case(case: Case, device: str) -> Checks:
     """Build, call the kernel, compare with the reference; the named checks (value, limit)."""
     from hwtune.probes.attention.correctness import compare_latent
@@ -139,6 +163,8 @@ def run_case(case: Case, device: str) -> Checks:
     p = _problem(case, device)
     if case.pad_tokens:
         p = _padded_q(p, case.pad_tokens)
+    if case.nan_tail:
+        _poison_tails(p)
     rows = p.num_tokens + case.pad_tokens
     out = torch.full((rows, case.heads, case.lora), math.nan, dtype=p.q.dtype, device=device)
     lse = torch.full((rows, case.heads), math.nan, device=device)
@@ -257,6 +283,22 @@ def test_tuned_search_space_starts_with_auto_and_keeps_each_split_a_tile() -> No
     shape = dict(num_heads=16, max_query_len=1, batch=8, max_seq_len=3000, sms=132)
     assert default_mla_config(**shape).num_splits == 23
     assert 33 in {c.num_splits for c in mla_config_space(**shape)}
+    assert not any(c.tma for c in mla_config_space(**shape))  # no TMA unless the cache allows it
+
+
+def test_tuned_space_adds_tma_tiles_only_on_pages_of_32_and_16_rows() -> None:
+    from hwtune.kernels.triton_mla import mla_config_space
+
+    shape = dict(num_heads=16, max_query_len=1, batch=8, max_seq_len=3000, sms=132)
+    gathers = mla_config_space(**shape)
+    tma = [c for c in mla_config_space(**shape, tma_page=64) if c.tma]
+    assert {(c.block_n, c.num_splits, c.num_warps, c.num_stages) for c in tma} == {
+        (32, s, 4, st) for s in (23, 33) for st in (3, 4)
+    }  # auto's and the one-wave split count
+    assert mla_config_space(**shape, tma_page=64)[: len(gathers)] == gathers
+    assert not any(c.tma for c in mla_config_space(**shape, tma_page=16))  # a 32-position tile spans two pages
+    spec = dict(shape, max_query_len=2)  # 32 rows: not measured with TMA
+    assert not any(c.tma for c in mla_config_space(**spec, tma_page=64))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
@@ -294,6 +336,21 @@ def test_half_partials_need_several_splits() -> None:
 
     with pytest.raises(ValueError, match="num_splits > 1"):
         MlaConfig(16, 1, 16, 1, 4, 2, half_partials=True)
+
+
+def test_tma_is_refused_where_a_tile_cannot_be_one_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hwtune.kernels import triton_mla
+
+    q = torch.zeros(2, 16, 576, dtype=torch.bfloat16)
+    cache = torch.zeros(4, 16, 576, dtype=torch.bfloat16)
+    monkeypatch.setattr(triton_mla, "interpreting", lambda: False)
+    assert "CUDA device" in triton_mla.tma_unsupported(q, cache, 16)
+    monkeypatch.setattr(triton_mla, "interpreting", lambda: True)
+    assert triton_mla.tma_unsupported(q, cache, 16) is None
+    assert "inside one page" in triton_mla.tma_unsupported(q, cache, 32)
+    assert "query's dtype" in triton_mla.tma_unsupported(q, cache.to(torch.float8_e4m3fn), 16)
+    assert "back to back" in triton_mla.tma_unsupported(q, cache[:, :8], 8)  # pages of 8 rows, 16 apart
+    assert triton_mla.MlaConfig(16, 1, 16, 2, 4, 2, tma=True).name() == "h16-t1-n16-s2-w4-st2-tma"
 
 
 def test_bad_arguments_are_refused_with_the_contract() -> None:
