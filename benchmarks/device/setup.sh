@@ -8,11 +8,11 @@
 # One fixed directory, its files dated 2000-01-01, installed once per machine (scripts run side by side share it,
 # under a lock): FlashInfer's JIT builds with ninja, which rebuilds a packed kernel when its compile command (the
 # include paths into this directory) differs or a header is newer than the object; with a fresh temp dir each call, as
-# before, every call compiled again (2026-11-28, 167 s of fa3 for Qwen2.5-7B with a pack unpacked).
+# before 2026-11-28, every call compiled again, a pack unpacked or not.
 t=/tmp/hwtune-site
-stamp="$t/.installed-$(ls -l .whl .vllm 2>/dev/null | md5sum | cut -c1-12)"
+stamp="$t/.installed-$(cat .whl/*.whl .vllm/*.tar.xz 2>/dev/null | md5sum | cut -c1-12)"
 (
-  flock 9
+  flock 9 || exit 1
   [ -f "$stamp" ] && exit 0
   rm -rf "$t" && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$t" .whl/*.whl || exit 1
@@ -22,10 +22,10 @@ stamp="$t/.installed-$(ls -l .whl .vllm 2>/dev/null | md5sum | cut -c1-12)"
 export PYTHONPATH="$t:$PWD"
 export FLASHINFER_WORKSPACE_BASE="${FLASHINFER_WORKSPACE_BASE:-/tmp/fi-ws}"
 for p in .fi-pack/*.tar.xz; do  # a JIT cache packed by fi_pack.sh in an earlier call, carried as .fi-pack; unpacked once
-  [ -f "$p" ] || continue
-  w=$FLASHINFER_WORKSPACE_BASE && mkdir -p "$w" || return 1
-  flock "$w/.unpack.lock" sh -c '[ -f "$1/.unpacked-$2" ] || { tar -C "$1" -xJf "$3" && touch "$1/.unpacked-$2"; }' \
-    - "$w" "$(basename "$p")" "$p" || return 1
+  [ -f "$p" ] || continue       # per pack's content (stamp and lock outside the cache, which fi_pack.sh packs whole)
+  mkdir -p "$FLASHINFER_WORKSPACE_BASE" || return 1
+  flock /tmp/fi-pack.lock sh -c '[ -f "$1" ] || { tar -C "$2" -xJf "$3" && touch "$1"; }' - \
+    "/tmp/fi-pack-unpacked-$(md5sum < "$p" | cut -c1-12)" "$FLASHINFER_WORKSPACE_BASE" "$p" || return 1
 done
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"

@@ -51,7 +51,7 @@ class MlaConfig:
     """One launch geometry: heads and query tokens per program (``block_h * block_t`` rows), KV positions per inner
     tile, KV splits per program's rows, warps and pipeline stages; ``half_partials``: split partial outputs stored in
     the output's 16-bit dtype instead of float32 (half their write and read traffic; merged in float32, as
-    FlashInfer's MLA keeps its partials in the output dtype); ``tma``: latent tiles copied by TMA (``_tma_unsupported``
+    FlashInfer's MLA keeps its partials in the output dtype); ``tma``: latent tiles copied by TMA (``tma_unsupported``
     says where that is possible: a 16-bit cache of whole pages, tiles inside one page, Hopper or later)."""
 
     block_h: int
@@ -130,7 +130,8 @@ def mla_config_space(
     of a multiple of 32 positions, for 16-row programs (one decode token of 16 heads: DeepSeek-V3 at TP 8), the space
     adds 32-position TMA tiles at auto's and the one-wave split count with 3 and 4 stages (``_TMA_WARPS_STAGES``): on an
     H200 (2026-11-28, ``benchmarks/experiments/mla_tma.py``, screen times) they beat the best gathers at 5 of 8 shapes
-    on 64-token pages by 2.2-8.5 % (and lost 128 x 3000 by 10.7 %, where the search keeps gathers); 16-position TMA
+    on 64-token pages by 2.2-8.5 % and lost the other three (128 x 3000 by 10.7 %, 48 x 3000 by 4.9 %, 1 x 3000 by
+    1.8 %), where the search keeps gathers; 16-position TMA
     tiles (all a 16-token page allows) and 64-position ones were slower than gathers nearly everywhere, and other row
     counts were not measured (docs/kernels.md "TMA latent tiles")."""
     auto = default_mla_config(
@@ -279,7 +280,7 @@ def _latent_tile(
     n_ok = pos < kv_end
     if TMA:
         start = j * BLOCK_N
-        row0 = tl.load(bt_row + start // PAGE_SIZE) * PAGE_SIZE + start % PAGE_SIZE
+        row0 = (tl.load(bt_row + start // PAGE_SIZE) * PAGE_SIZE + start % PAGE_SIZE).to(tl.int32)  # < 2**31 rows
         ckv = desc_ckv.load([row0, 0])
         kpe = desc_kpe.load([row0, LORA])
         if MASKED:
@@ -484,6 +485,11 @@ def tma_unsupported(q: torch.Tensor, kv_cache: torch.Tensor, block_n: int) -> st
     return None
 
 
+def tma_page(q: torch.Tensor, kv_cache: torch.Tensor) -> int:
+    """``mla_config_space``'s ``tma_page`` for this cache: its page size where the space's TMA tiles can run, else 0."""
+    return kv_cache.shape[1] if tma_unsupported(q, kv_cache, _TMA_BLOCK_N) is None else 0
+
+
 def _latent_descriptors(q: torch.Tensor, kv_cache: torch.Tensor, config: MlaConfig, lora: int) -> tuple[object, object]:
     """Host TMA descriptors of a tile's ckv and kpe columns, or a ValueError saying why there can be none."""
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -511,4 +517,12 @@ def _split_scratch(
     )  # fmt: skip
 
 
-__all__ = ["MlaConfig", "default_mla_config", "mla_config_space", "mla_decode", "tma_unsupported", "workspace_size"]
+__all__ = [
+    "MlaConfig",
+    "default_mla_config",
+    "mla_config_space",
+    "mla_decode",
+    "tma_page",
+    "tma_unsupported",
+    "workspace_size",
+]

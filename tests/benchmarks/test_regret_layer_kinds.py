@@ -54,3 +54,25 @@ def test_a_mixed_model_is_scored_over_both_kinds(stores) -> None:
     assert result["policies"]["hwtune"]["worst"] == pytest.approx(1.0)
     windowed_only = regret.score(out, windowed, "h100", 131072, None)
     assert windowed_only["selection"]["backend"] == "FLASH_ATTN"
+
+
+def test_the_static_list_is_scored_from_its_first_backend_the_oracle_measured(tmp_path) -> None:
+    """Off the measuring machine every package counts as installed, and the static list's head on an H100 is
+    FLASH_ATTN; an oracle of FLASHINFER and the Triton kernel scores the list's first backend it measured instead of
+    inf (what the machine's probe, finding FLASH_ATTN missing, would have picked)."""
+    spec = attention_spec(load_model_config(ROOT / "tests" / "data" / "models" / "llama-3.1-8b.json"), 1)
+    spec = dataclasses.replace(spec, kv_layout="NHD", block_size=16)
+    tactics = {"FLASHINFER": "fa2-tc", "HWTUNE_TRITON_ATTN": "auto"}
+    factor = {("x", "FLASHINFER"): 1.0, ("x", "HWTUNE_TRITON_ATTN"): 1.3}
+    for name in ("train", "oracle"):
+        with Store.open(f"sqlite:///{tmp_path / f'{name}.db'}") as s:
+            s.write(
+                spec_records({"x": spec}, factor, tactics) + spec_records({"x": spec}, factor, {"FLASHINFER": "fa3"})
+            )
+    _cached.cache_clear()
+    regret = _regret()
+    result = regret.score(tmp_path, spec, "h100", 131072, None)
+    _cached.cache_clear()
+    static = result["policies"]["static"]
+    assert static["worst"] < float("inf")
+    assert {w["static"][0] for w in result["workloads"]} == {"FLASHINFER"}

@@ -49,6 +49,7 @@ class Case:
     pad_tokens: int = 0
     scale_factor: float = 1.0  # != 1: call the kernel with a wrong softmax scale (the checks must fail)
     nan_tail: bool = False  # NaN in each request's last page past its context: must never be weighed
+    int64_table: bool = False  # an int64 block table (the probe's and vLLM's are int32)
 
 
 CASES: dict[str, Case] = {
@@ -69,6 +70,7 @@ CASES: dict[str, Case] = {
     "graph_padding_rows": Case(pad_tokens=5, config=(16, 1, 16, 2, 4, 2)),
     "gather_nan_tail": Case(ctx=(70, 5, 33), config=(16, 1, 32, 2, 4, 2), nan_tail=True),
     "tma_page16_nan_tail": Case(ctx=(70, 5, 33), config=(16, 1, 16, 3, 4, 2, False, True), nan_tail=True),
+    "tma_int64_block_table": Case(config=(16, 1, 16, 2, 4, 2, False, True), nan_tail=True, int64_table=True),
     "tma_page64_spec_lse": Case(
         page=64, query_len=2, ctx=(130, 7, 100), config=(16, 2, 32, 2, 4, 2, False, True), nan_tail=True
     ),
@@ -91,6 +93,15 @@ GPU_CASES = {
         ctx=(12000, 77, 3000),
         page=64,
         config=(16, 1, 64, 16, 4, 2, False, True),
+        nan_tail=True,
+    ),
+    "tp8_tma_page64_n32_st3": Case(  # the TMA tiles the tuned space adds
+        heads=16,
+        lora=512,
+        rope=64,
+        ctx=(12000, 77, 3000),
+        page=64,
+        config=(16, 1, 32, 33, 4, 3, False, True),
         nan_tail=True,
     ),
     "tp8_half_partials": Case(
@@ -165,6 +176,8 @@ def run_case(case: Case, device: str) -> Checks:
         p = _padded_q(p, case.pad_tokens)
     if case.nan_tail:
         _poison_tails(p)
+    if case.int64_table:
+        p = dataclasses.replace(p, block_table=p.block_table.long())
     rows = p.num_tokens + case.pad_tokens
     out = torch.full((rows, case.heads, case.lora), math.nan, dtype=p.q.dtype, device=device)
     lse = torch.full((rows, case.heads), math.nan, device=device)
@@ -351,6 +364,10 @@ def test_tma_is_refused_where_a_tile_cannot_be_one_copy(monkeypatch: pytest.Monk
     assert "query's dtype" in triton_mla.tma_unsupported(q, cache.to(torch.float8_e4m3fn), 16)
     assert "back to back" in triton_mla.tma_unsupported(q, cache[:, :8], 8)  # pages of 8 rows, 16 apart
     assert triton_mla.MlaConfig(16, 1, 16, 2, 4, 2, tma=True).name() == "h16-t1-n16-s2-w4-st2-tma"
+    # what the tuned candidate hands mla_config_space: the page where its 32-position TMA tiles fit, else 0
+    assert triton_mla.tma_page(q, torch.zeros(4, 64, 576, dtype=torch.bfloat16)) == 64
+    assert triton_mla.tma_page(q, cache) == 0  # 16-token pages
+    assert triton_mla.tma_page(q, torch.zeros(4, 64, 576, dtype=torch.bfloat16).to(torch.float8_e4m3fn)) == 0
 
 
 def test_bad_arguments_are_refused_with_the_contract() -> None:

@@ -55,8 +55,7 @@ class TritonMlaRunner(MlaRunner):
             kv_bytes=p.kv_cache.element_size(),
         )
         if self.tactic == "tuned":
-            tma_ok = self.kernels.tma_unsupported(p.q, p.kv_cache, 32) is None
-            space = self.kernels.mla_config_space(**shape, tma_page=p.kv_cache.shape[1] if tma_ok else 0)
+            space = self.kernels.mla_config_space(**shape, tma_page=self.kernels.tma_page(p.q, p.kv_cache))
             self.config = self._search(p, space)
         else:
             self.config = self.kernels.default_mla_config(**shape)
