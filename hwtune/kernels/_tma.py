@@ -66,16 +66,25 @@ def kv_matrix(
     return KvMatrix(rows, cols, stride_t, rows_per_block, rows_per_head, cols_per_head)
 
 
+def tma_device_unsupported(q: torch.Tensor) -> str | None:
+    """Why ``q``'s device has no TMA copies (None: it has, or Triton's interpreter runs them)."""
+    if interpreting():
+        return None
+    if q.device.type != "cuda":
+        return "TMA loads need a CUDA device"
+    major, minor = torch.cuda.get_device_capability(q.device)
+    if major < 9:
+        return f"TMA loads need SM 9.0 or later (Hopper, Blackwell); this GPU is SM {major}.{minor}"
+    return None
+
+
 def tma_unsupported(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k_matrix: KvMatrix | str, v_matrix: KvMatrix | str
 ) -> str | None:
     """Why these tensors cannot take the TMA path (None: they can, whatever the tile size)."""
-    if not interpreting():
-        if q.device.type != "cuda":
-            return "TMA loads need a CUDA device"
-        major, minor = torch.cuda.get_device_capability(q.device)
-        if major < 9:
-            return f"TMA loads need SM 9.0 or later (Hopper, Blackwell); this GPU is SM {major}.{minor}"
+    no_tma = tma_device_unsupported(q)
+    if no_tma is not None:
+        return no_tma
     if k_cache.dtype not in TMA_DTYPES or k_cache.dtype != q.dtype:
         return (
             f"TMA loads feed the tiles straight to the tensor cores, so the KV cache must be float16 or "

@@ -31,12 +31,12 @@ from hwtune.kernels._common import (
     LOG2E,
     check_lse,
     check_runnable,
-    interpreting,
     jit_workload_generic,
     num_sms,
     split_tile_range,
     store_result,
 )
+from hwtune.kernels._tma import tma_device_unsupported
 from hwtune.kernels.configs import cdiv, next_pow2, split_words
 from hwtune.kernels.split_kv import merge_splits, split_buffers
 
@@ -467,12 +467,9 @@ def mla_decode(
 
 def tma_unsupported(q: torch.Tensor, kv_cache: torch.Tensor, block_n: int) -> str | None:
     """Why latent tiles of ``block_n`` positions cannot be TMA copies of this cache (None: they can)."""
-    if not interpreting():
-        if q.device.type != "cuda":
-            return "TMA copies need a CUDA device"
-        major, minor = torch.cuda.get_device_capability(q.device)
-        if major < 9:
-            return f"TMA copies need SM 9.0 or later (Hopper, Blackwell); this GPU is SM {major}.{minor}"
+    no_tma = tma_device_unsupported(q)
+    if no_tma is not None:
+        return no_tma
     if kv_cache.dtype != q.dtype:
         return f"TMA tiles go to the dots as they arrive: the cache must have the query's dtype, not {kv_cache.dtype}"
     pages, page, width = kv_cache.shape

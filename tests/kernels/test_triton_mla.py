@@ -86,24 +86,18 @@ GPU_CASES = {
     "tp8_fp8": Case(heads=16, lora=512, rope=64, ctx=(8192, 100), page=32, kv="fp8_e4m3"),
     "tp1_long_splits": Case(heads=128, lora=512, rope=64, ctx=(32768,), page=64),
     "tp8_tma_page16": Case(heads=16, lora=512, rope=64, ctx=(3000, 700, 33), config=(16, 1, 16, 8, 4, 3, False, True)),
-    "tp8_tma_page64": Case(
-        heads=16,
-        lora=512,
-        rope=64,
-        ctx=(12000, 77, 3000),
-        page=64,
-        config=(16, 1, 64, 16, 4, 2, False, True),
-        nan_tail=True,
-    ),
-    "tp8_tma_page64_n32_st3": Case(  # the TMA tiles the tuned space adds
-        heads=16,
-        lora=512,
-        rope=64,
-        ctx=(12000, 77, 3000),
-        page=64,
-        config=(16, 1, 32, 33, 4, 3, False, True),
-        nan_tail=True,
-    ),
+    **{  # 64-token pages, NaN past each context: a 64-position TMA tile, and the 32-position ones the tuned space adds
+        f"tp8_tma_page64_n{n}_st{st}": Case(
+            heads=16,
+            lora=512,
+            rope=64,
+            ctx=(12000, 77, 3000),
+            page=64,
+            config=(16, 1, n, s, 4, st, False, True),
+            nan_tail=True,
+        )  # fmt: skip
+        for n, s, st in ((64, 16, 2), (32, 33, 3))
+    },
     "tp8_half_partials": Case(
         heads=16, lora=512, rope=64, ctx=(12000, 700, 3000), page=16, config=(16, 1, 32, 16, 4, 2, True)
     ),
@@ -352,13 +346,13 @@ def test_half_partials_need_several_splits() -> None:
 
 
 def test_tma_is_refused_where_a_tile_cannot_be_one_copy(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hwtune.kernels import triton_mla
+    from hwtune.kernels import _tma, triton_mla
 
     q = torch.zeros(2, 16, 576, dtype=torch.bfloat16)
     cache = torch.zeros(4, 16, 576, dtype=torch.bfloat16)
-    monkeypatch.setattr(triton_mla, "interpreting", lambda: False)
+    monkeypatch.setattr(_tma, "interpreting", lambda: False)
     assert "CUDA device" in triton_mla.tma_unsupported(q, cache, 16)
-    monkeypatch.setattr(triton_mla, "interpreting", lambda: True)
+    monkeypatch.setattr(_tma, "interpreting", lambda: True)
     assert triton_mla.tma_unsupported(q, cache, 16) is None
     assert "inside one page" in triton_mla.tma_unsupported(q, cache, 32)
     assert "query's dtype" in triton_mla.tma_unsupported(q, cache.to(torch.float8_e4m3fn), 16)
