@@ -131,9 +131,9 @@ def mla_config_space(
     adds 32-position TMA tiles at auto's and the one-wave split count with 3 and 4 stages (``_TMA_WARPS_STAGES``): on an
     H200 (2026-11-28, ``benchmarks/experiments/mla_tma.py``, screen times) they beat the best gathers at 5 of 8 shapes
     on 64-token pages by 2.2-8.5 % and lost the other three (128 x 3000 by 10.7 %, 48 x 3000 by 4.9 %, 1 x 3000 by
-    1.8 %), where the search keeps gathers; 16-position TMA
-    tiles (all a 16-token page allows) and 64-position ones were slower than gathers nearly everywhere, and other row
-    counts were not measured (docs/kernels.md "TMA latent tiles")."""
+    1.8 %), where the search keeps gathers; 16-position TMA tiles (all a 16-token page allows) and 64-position ones
+    were slower than gathers nearly everywhere, and other row counts were not measured (docs/kernels.md "TMA latent
+    tiles")."""
     auto = default_mla_config(
         num_heads=num_heads, max_query_len=max_query_len, batch=batch, max_seq_len=max_seq_len, sms=sms,
         kv_bytes=kv_bytes,
