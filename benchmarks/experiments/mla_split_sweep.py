@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.experiments.probe_jobs import emit, options, probe_job  # noqa: E402
 from hwtune.core.model_config import attention_spec, load_model_config  # noqa: E402
 from hwtune.core.types import AttentionWorkload  # noqa: E402
-from hwtune.kernels import triton_mla  # noqa: E402
+from hwtune.kernels import mla_configs, triton_mla  # noqa: E402
 from hwtune.probes.timing import TimingOptions  # noqa: E402
 
 SHAPES = [(8, 3000), (8, 12000), (8, 20000), (32, 700), (32, 3000), (32, 12000), (128, 700), (128, 3000), (48, 3000)]
@@ -38,7 +38,7 @@ def fine_space(**shape: int) -> list[triton_mla.MlaConfig]:
     auto = triton_mla.default_mla_config(**shape)
     out, seen = [auto], {auto}
     for block_n in (32, 64):
-        most = max(1, min(triton_mla.MAX_SPLITS, shape["max_seq_len"] // block_n))
+        most = max(1, min(mla_configs.MAX_SPLITS, shape["max_seq_len"] // block_n))
         for splits in sorted({min(s, most) for s in SPLITS}):
             for warps, stages in ((4, 2), (8, 2)):
                 cfg = triton_mla.MlaConfig(auto.block_h, auto.block_t, block_n, splits, warps, stages)

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.experiments.probe_jobs import emit, options, probe_job  # noqa: E402
 from hwtune.core.model_config import attention_spec, load_model_config  # noqa: E402
 from hwtune.core.types import AttentionWorkload  # noqa: E402
-from hwtune.kernels import triton_mla  # noqa: E402
+from hwtune.kernels import mla_configs, triton_mla  # noqa: E402
 from hwtune.kernels.configs import cdiv  # noqa: E402
 
 SHAPES = [(8, 3000), (32, 3000), (128, 3000), (8, 12000), (32, 700), (128, 700), (1, 3000), (48, 3000)]
@@ -42,10 +42,10 @@ def tma_space(page: int):  # noqa: ANN201 - the config-space function for one pa
     def space(**shape: int) -> list[triton_mla.MlaConfig]:
         auto = triton_mla.default_mla_config(**shape)
         programs = shape["batch"] * cdiv(shape["max_query_len"], auto.block_t) * cdiv(shape["num_heads"], auto.block_h)
-        one_wave = max(1, min(triton_mla.MAX_SPLITS, 2 * shape["sms"] // programs))
+        one_wave = max(1, min(mla_configs.MAX_SPLITS, 2 * shape["sms"] // programs))
         out, seen = [auto], {auto}
         for block_n in (n for n in (16, 32, 64) if page % n == 0):
-            most = max(1, min(triton_mla.MAX_SPLITS, shape["max_seq_len"] // block_n))
+            most = max(1, min(mla_configs.MAX_SPLITS, shape["max_seq_len"] // block_n))
             for splits in sorted({min(auto.num_splits, most), min(one_wave, most)}):
                 for warps, stages in WARPS_STAGES:
                     for tma in (False, True):

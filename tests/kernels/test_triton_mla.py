@@ -276,7 +276,7 @@ def test_auto_config_rows_and_splits() -> None:
 def test_tuned_search_space_starts_with_auto_and_keeps_each_split_a_tile() -> None:
     """The ``tuned`` tactic's space: auto first, no duplicates, auto's rows everywhere, every split at least one KV
     tile, and both a one-split and a more-split config than auto's (where the context allows)."""
-    from hwtune.kernels.triton_mla import MAX_SPLITS, default_mla_config, mla_config_space
+    from hwtune.kernels.mla_configs import MAX_SPLITS, default_mla_config, mla_config_space
 
     for heads, q_len, batch, ctx in ((16, 1, 2, 700), (16, 4, 8, 4096), (128, 1, 64, 8192), (16, 1, 1, 32768)):
         shape = dict(num_heads=heads, max_query_len=q_len, batch=batch, max_seq_len=ctx, sms=132)

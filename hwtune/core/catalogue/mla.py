@@ -444,7 +444,7 @@ HWTUNE_TRITON_MLA = Backend(
             "tuned",
             DECODE,
             AttentionRules(),
-            summary="KV tiles, splits, warps and stages searched per workload (triton_mla.mla_config_space)",
+            summary="KV tiles, splits, warps and stages searched per workload (mla_configs.mla_config_space)",
             compile_s=40,
             recompile_s=1.5,  # the search per workload: 0.3-3.3 s (DeepSeek-V3 TP8 tunes, H100, 2026-11-27)
             quick=False,
@@ -466,7 +466,7 @@ HWTUNE_TRITON_MLA = Backend(
         "features": "hwtune/kernels/triton_mla.py returns the LSE, causal multi-token queries, non-causal shares; "
         "host integers only on the launch path (graph-capturable)" + _PCP_LAYER,
         "packages": "triton",
-        "tactics": "hwtune/kernels/triton_mla.py default_mla_config",
+        "tactics": "hwtune/kernels/mla_configs.py default_mla_config",
     },
 )
 
