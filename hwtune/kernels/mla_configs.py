@@ -22,8 +22,7 @@ class MlaConfig:
     the output's 16-bit dtype instead of float32 (half their write and read traffic; merged in float32, as
     FlashInfer's MLA keeps its partials in the output dtype); ``tma``: latent tiles copied by TMA
     (``triton_mla.tma_unsupported`` says where that is possible: a 16-bit cache of whole pages, tiles inside one page,
-    Hopper or later); ``pages_ahead``: the unmasked loop reads each tile's block-table entries two tiles ahead, so no
-    tile's latent addresses wait on a block-table load of the same iteration."""
+    Hopper or later)."""
 
     block_h: int
     block_t: int
@@ -33,7 +32,6 @@ class MlaConfig:
     num_stages: int
     half_partials: bool = False
     tma: bool = False
-    pages_ahead: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_h", "block_t", "block_n"):
@@ -49,12 +47,11 @@ class MlaConfig:
 
     def name(self) -> str:
         """Short stable name kept in measurement records, e.g. ``h64-t1-n32-s8-w8-st2`` (``-p16``: half partials,
-        ``-tma``: TMA tiles, ``-pa``: pages ahead)."""
+        ``-tma``: TMA tiles)."""
         return (
             f"h{self.block_h}-t{self.block_t}-n{self.block_n}-s{self.num_splits}-w{self.num_warps}-st{self.num_stages}"
             + ("-p16" if self.half_partials else "")
             + ("-tma" if self.tma else "")
-            + ("-pa" if self.pages_ahead else "")
         )
 
 

@@ -94,21 +94,9 @@ def _load_q(
 
 
 @triton.jit
-def _tile_pages(bt_row, j, kv_end, BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr):
-    """Block-table entries of KV tile ``j``: its page (a scalar) where a tile lies inside one page, else each position's
-    page (``[BLOCK_N]``); tiles and positions past the context read 0, so a loop may read tiles ahead of its end."""
-    if PAGE_SIZE % BLOCK_N == 0:
-        start = j * BLOCK_N
-        return tl.load(bt_row + start // PAGE_SIZE, mask=start < kv_end, other=0)
-    else:
-        pos = j * BLOCK_N + tl.arange(0, BLOCK_N)
-        return tl.load(bt_row + pos // PAGE_SIZE, mask=pos < kv_end, other=0)
-
-
-@triton.jit
 def _gather_latent(
     cache_ptr,
-    pages,
+    bt_row,
     pos,
     n_ok,
     stride_cb,
@@ -118,9 +106,13 @@ def _gather_latent(
     PAGE_SIZE: tl.constexpr,
     MASKED: tl.constexpr,
 ):
-    """A tile's ckv and kpe rows loaded by address from its ``pages`` (``_tile_pages``; any page size); positions past
-    the context (``MASKED`` tiles) read as zeros."""
-    row = cache_ptr + pages.to(tl.int64) * stride_cb + (pos % PAGE_SIZE).to(tl.int64) * stride_ct
+    """A tile's ckv and kpe rows loaded by address, each position's page from the block table (any page size);
+    positions past the context (``MASKED`` tiles) read as zeros."""
+    if MASKED:
+        blk = tl.load(bt_row + pos // PAGE_SIZE, mask=n_ok, other=0).to(tl.int64)
+    else:
+        blk = tl.load(bt_row + pos // PAGE_SIZE).to(tl.int64)
+    row = cache_ptr + blk * stride_cb + (pos % PAGE_SIZE).to(tl.int64) * stride_ct
     if MASKED:
         ckv = tl.load(row[:, None] + tl.arange(0, LORA)[None, :], mask=n_ok[:, None], other=0.0)
         kpe = tl.load(row[:, None] + LORA + tl.arange(0, ROPE)[None, :], mask=n_ok[:, None], other=0.0)
@@ -138,7 +130,7 @@ def _latent_tile(
     q_nope,
     q_pe,
     cache_ptr,
-    pages,
+    bt_row,
     j,
     kv_end,
     rows_pos,
@@ -154,8 +146,8 @@ def _latent_tile(
     desc_kpe,
     TMA: tl.constexpr,
 ):
-    """One KV tile of the online softmax (running max ``m_i`` in log2 units): its ``pages`` (``_tile_pages``), its
-    latent rows split into ckv and kpe, scores from both, output from ckv. Unmasked tiles (wholly before
+    """One KV tile of the online softmax (running max ``m_i`` in log2 units): each position's page from the block
+    table, its latent row split into ckv and kpe, scores from both, output from ckv. Unmasked tiles (wholly before
     every row's position) load without masks and apply the scale in the exponent's FMA. With ``TMA`` the tile lies
     inside one page and arrives as two descriptor copies (ckv and kpe columns of the cache seen as a
     ``[pages x page, lora + rope]`` matrix); rows past the context may hold anything, so a masked tile's ckv rows
@@ -164,13 +156,13 @@ def _latent_tile(
     n_ok = pos < kv_end
     if TMA:
         start = j * BLOCK_N
-        row0 = (pages * PAGE_SIZE + start % PAGE_SIZE).to(tl.int32)  # < 2**31 rows
+        row0 = (tl.load(bt_row + start // PAGE_SIZE) * PAGE_SIZE + start % PAGE_SIZE).to(tl.int32)  # < 2**31 rows
         ckv = desc_ckv.load([row0, 0])
         kpe = desc_kpe.load([row0, LORA])
         if MASKED:
             ckv = tl.where(n_ok[:, None], ckv, 0.0)
     else:
-        ckv, kpe = _gather_latent(cache_ptr, pages, pos, n_ok, stride_cb, stride_ct, LORA, ROPE, PAGE_SIZE, MASKED)
+        ckv, kpe = _gather_latent(cache_ptr, bt_row, pos, n_ok, stride_cb, stride_ct, LORA, ROPE, PAGE_SIZE, MASKED)
     ckv = ckv.to(q_nope.dtype)
     qk = tl.dot(q_nope, tl.trans(ckv))
     qk = tl.dot(q_pe, tl.trans(kpe.to(q_pe.dtype)), acc=qk)
@@ -230,7 +222,6 @@ def _mla_decode_kernel(
     WRITE_LSE: tl.constexpr,
     F16_DOTS: tl.constexpr,
     TMA: tl.constexpr,
-    PAGES_AHEAD: tl.constexpr,
 ):
     rows_tok, head, row_ok, rows_pos, kv_end, first_pos, req, idle = _rows(
         qsl_ptr, seq_lens_ptr, num_heads, n_qt, n_ht, BLOCK_H, BLOCK_T, CAUSAL
@@ -247,27 +238,15 @@ def _mla_decode_kernel(
     acc = tl.zeros([BLOCK_H * BLOCK_T, LORA], tl.float32)
     m_i = tl.full([BLOCK_H * BLOCK_T], -1.0e30, tl.float32)
     l_i = tl.zeros([BLOCK_H * BLOCK_T], tl.float32)
-    if PAGES_AHEAD:  # the block table read two tiles ahead: no tile's addresses wait on a load of its own iteration
-        pages_a = _tile_pages(bt_row, t0, kv_end, BLOCK_N, PAGE_SIZE)
-        pages_b = _tile_pages(bt_row, t0 + 1, kv_end, BLOCK_N, PAGE_SIZE)
-        for j in range(t0, tl.minimum(t1, full_end)):
-            pages_c = _tile_pages(bt_row, j + 2, kv_end, BLOCK_N, PAGE_SIZE)
-            acc, m_i, l_i = _latent_tile(
-                acc, m_i, l_i, q_nope, q_pe, cache_ptr, pages_a, j, kv_end, rows_pos, stride_cb, stride_ct,
-                scale_log2, LORA, ROPE, BLOCK_N, PAGE_SIZE, False, desc_ckv, desc_kpe, TMA,
-            )  # fmt: skip
-            pages_a, pages_b = pages_b, pages_c
-    else:
-        for j in range(t0, tl.minimum(t1, full_end)):
-            acc, m_i, l_i = _latent_tile(
-                acc, m_i, l_i, q_nope, q_pe, cache_ptr, _tile_pages(bt_row, j, kv_end, BLOCK_N, PAGE_SIZE), j, kv_end,
-                rows_pos, stride_cb, stride_ct, scale_log2, LORA, ROPE, BLOCK_N, PAGE_SIZE, False, desc_ckv, desc_kpe,
-                TMA,
-            )  # fmt: skip
+    for j in range(t0, tl.minimum(t1, full_end)):
+        acc, m_i, l_i = _latent_tile(
+            acc, m_i, l_i, q_nope, q_pe, cache_ptr, bt_row, j, kv_end, rows_pos, stride_cb, stride_ct, scale_log2,
+            LORA, ROPE, BLOCK_N, PAGE_SIZE, False, desc_ckv, desc_kpe, TMA,
+        )  # fmt: skip
     for j in range(tl.maximum(t0, full_end), t1):
         acc, m_i, l_i = _latent_tile(
-            acc, m_i, l_i, q_nope, q_pe, cache_ptr, _tile_pages(bt_row, j, kv_end, BLOCK_N, PAGE_SIZE), j, kv_end,
-            rows_pos, stride_cb, stride_ct, scale_log2, LORA, ROPE, BLOCK_N, PAGE_SIZE, True, desc_ckv, desc_kpe, TMA,
+            acc, m_i, l_i, q_nope, q_pe, cache_ptr, bt_row, j, kv_end, rows_pos, stride_cb, stride_ct, scale_log2,
+            LORA, ROPE, BLOCK_N, PAGE_SIZE, True, desc_ckv, desc_kpe, TMA,
         )  # fmt: skip
     offs_l = tl.arange(0, LORA)
     store_result(
@@ -355,7 +334,7 @@ def mla_decode(
         LORA=kv_lora_rank, ROPE=rope, BLOCK_H=config.block_h, BLOCK_T=config.block_t, BLOCK_N=config.block_n,
         PAGE_SIZE=kv_cache.shape[1], CAUSAL=causal, SPLIT=splits > 1, WRITE_LSE=lse is not None,
         F16_DOTS=kv_cache.dtype == torch.float8_e4m3fn and q.dtype == torch.bfloat16, TMA=config.tma,
-        PAGES_AHEAD=config.pages_ahead, num_warps=config.num_warps, num_stages=config.num_stages,
+        num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if splits > 1:
         merge_splits(part_o, part_lse, out, lse, query_start_loc, batch)

@@ -44,8 +44,7 @@ class Case:
     page: int = 16
     ctx: tuple[int, ...] = (70, 5, 33)
     query_len: int = 1
-    config: tuple | None = None  # MlaConfig fields (block_h, block_t, block_n, splits, warps, stages[, half_p., tma,
-    # pages_ahead])
+    config: tuple | None = None  # MlaConfig fields (block_h, block_t, block_n, splits, warps, stages[, half_p., tma])
     causal: bool = True
     pad_tokens: int = 0
     scale_factor: float = 1.0  # != 1: call the kernel with a wrong softmax scale (the checks must fail)
@@ -75,14 +74,6 @@ CASES: dict[str, Case] = {
     "tma_page64_spec_lse": Case(
         page=64, query_len=2, ctx=(130, 7, 100), config=(16, 2, 32, 2, 4, 2, False, True), nan_tail=True
     ),
-    # the block table read two tiles ahead: each position's page (page 16, 32-position tiles), one page a tile (page
-    # 48, 16-position tiles, many per split), TMA tiles with speculative decode, an int64 table
-    "pages_ahead_page16_n32": Case(ctx=(300, 5, 130), config=(16, 1, 32, 2, 4, 2, False, False, True), nan_tail=True),
-    "pages_ahead_page48_n16": Case(page=48, ctx=(400, 7, 100), config=(16, 1, 16, 3, 4, 2, False, False, True)),
-    "pages_ahead_tma_page64_spec_lse": Case(
-        page=64, query_len=2, ctx=(330, 7, 100), config=(16, 2, 32, 2, 4, 2, False, True, True), nan_tail=True
-    ),
-    "pages_ahead_int64_table": Case(ctx=(200, 40), config=(16, 1, 16, 1, 4, 2, False, False, True), int64_table=True),
     "wrong_scale_is_caught": Case(scale_factor=math.sqrt(192 / 576)),  # the latent width's 1/sqrt(576)
 }
 #: Cases whose checks must fail: they show the checks can catch a broken kernel call.
@@ -106,18 +97,6 @@ GPU_CASES = {
             nan_tail=True,
         )  # fmt: skip
         for n, s, st in ((64, 16, 2), (32, 33, 3))
-    },
-    **{  # the block table read two tiles ahead: gathers on 16-token pages, TMA tiles on 64-token pages
-        f"tp8_pages_ahead_{kind}": Case(
-            heads=16,
-            lora=512,
-            rope=64,
-            ctx=(12000, 77, 3000),
-            page=page,
-            config=(16, 1, 32, 33, 4, st, False, tma, True),
-            nan_tail=True,
-        )  # fmt: skip
-        for kind, page, st, tma in (("gather_page16", 16, 2, False), ("tma_page64", 64, 3, True))
     },
     "tp8_half_partials": Case(
         heads=16, lora=512, rope=64, ctx=(12000, 700, 3000), page=16, config=(16, 1, 32, 16, 4, 2, True)
