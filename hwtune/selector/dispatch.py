@@ -151,13 +151,35 @@ def robust_tactic(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> str |
     return min(worst, key=lambda t: (worst[t], at_edge[t]))
 
 
+def shared_best(tactics: Mapping[str, Sequence[Point]], tied: Sequence[str], mp: MixPoint) -> str | None:
+    """Of ``tied`` tactics (estimates within ``TIE`` of each other at ``mp``), the cheapest estimated from only the
+    shapes every one of them was measured at; None where those are fewer than two or give no estimate.
+
+    WHY: estimates from different sets of shapes are not comparable. A bisection point measures only the contenders
+    at its neighbours, so a tactic measured there carries what that shape costs it (a slow wave of FlashInfer's MLA
+    at 45 requests: fa3 676 us at 45 x 32768 against 613 at 64 x 32768) while a tactic not measured there is
+    interpolated past it. On an H200 (DeepSeek-V3 TP 8, 64-token pages, 2026-11-28) that put fa2 0.5 % under fa3 at
+    the cell of 45 x 11585, though fa3 was faster at every shape both were measured at, and fa2 ran 48 x 12000 at
+    2.69x the best."""
+    keys = [{(p.batch, p.context, p.query_len) for p in tactics[t]} for t in tied]
+    shared = set.intersection(*keys)
+    if len(shared) < 2:
+        return None
+    on_shared = {t: [p for p in tactics[t] if (p.batch, p.context, p.query_len) in shared] for t in tied}
+    ests = {t: e[0] for t in sorted(tied) if (e := estimate(on_shared[t], mp)) is not None}
+    return min(ests, key=lambda t: (ests[t], t)) if ests else None
+
+
 def _best_tactic(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> tuple[str, float, bool] | None:
-    """(tactic, latency, exact) for one cell: the cheapest estimate inside the measured range, the robust tactic
-    beyond it."""
+    """(tactic, latency, exact) for one cell: the cheapest estimate inside the measured range, tactics within ``TIE``
+    of it compared again on the shapes all of them were measured at (``shared_best``); the robust tactic beyond it."""
     ests = {t: e for t, pts in sorted(tactics.items()) if (e := estimate(pts, mp)) is not None}
     if not ests:
         return None
     best = min(ests, key=lambda t: ests[t][0])
+    tied = [t for t in ests if ests[t][0] <= TIE * ests[best][0]]
+    if len(tied) > 1:
+        best = shared_best(tactics, tied, mp) or best
     robust = robust_tactic(tactics, mp)
     if robust is not None and robust in ests:
         best = robust

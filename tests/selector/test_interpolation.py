@@ -106,3 +106,20 @@ def test_prefill_lookup_without_a_chunk_assumes_min_context_2048(query_len) -> N
     fa3 = {(1, ctx, chunk): 10.0 * chunk / 512 for chunk in (512, 2048) for ctx in (2048, 8192)}
     ev = Evidence(points={("FLASHINFER", "fa3", "prefill"): pts(fa3)})
     assert table_selection(ev).tactic_for("prefill", 1, 8192, query_len=query_len) == "fa3"
+
+
+def test_tied_tactics_are_compared_on_the_shapes_both_were_measured_at() -> None:
+    """FlashInfer's MLA decode on an H200 (DeepSeek-V3 TP 8, 64-token pages, 2026-11-28; us, a subset of the store):
+    fa3 beats fa2 by 1.5-1.9x at every shape both were measured at, but bisection points measured fa3 alone, one of
+    them in a slow wave of its (45 x 4096: 104.8 us, against 55.7 at 32 x 4096). Interpolated past that point, fa2 came
+    out under fa3 at the cell of 48 x 12000, where it then ran at 2.69x the best: tied estimates (within 5 %) are
+    compared again on the shapes both were measured at."""
+    both = [(32, 4096), (64, 2048), (64, 8192), (64, 16384)]
+    fa2 = {(b, c, 1): us for (b, c), us in zip(both, [85.1, 85.1, 291.2, 561.4])}
+    fa3 = {(b, c, 1): us for (b, c), us in zip(both, [55.7, 56.1, 160.3, 298.5])}
+    fa3 |= {(45, 4096, 1): 104.8, (64, 23170, 1): 465.2}  # bisection points: fa3 only
+    ev = Evidence(points={("X", "fa2", "decode"): pts(fa2), ("X", "fa3", "decode"): pts(fa3)})
+    centre = MixPoint("decode", 45, 11585, 1.0)  # the centre of the cell that holds 48 x 12000
+    fa2_est, fa3_est = estimate(pts(fa2), centre)[0], estimate(pts(fa3), centre)[0]
+    assert fa2_est < fa3_est < 1.05 * fa2_est  # tied, fa2 ahead: the case the tie-break exists for
+    assert table_selection(ev, "X").tactic_for("decode", 48, 12000) == "fa3"

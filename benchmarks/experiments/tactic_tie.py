@@ -1,0 +1,82 @@
+"""Does comparing tied tactics on the shapes both were measured at change regret? Re-scores committed regret stores
+(no GPU) with the dispatch's tie-break (``hwtune.selector.dispatch.shared_best``: tactics whose estimates at a cell
+lie within ``TIE`` of the cheapest are compared again from only the shapes all of them were measured at) and without it
+(the cheapest estimate wins, as before 2026-11-28), and prints per model and variant the chosen backend, the per-phase
+backends and both policies' scores against the oracle (docs/tuning.md "Dispatch").
+
+    python benchmarks/experiments/tactic_tie.py RESULTS_DIR MODEL:TP[:fp8][:bsN] [RESULTS_DIR MODEL:TP ...]
+
+MODEL is a file name under tests/data/models without ``.json``; each RESULTS_DIR holds
+``<model>-tp<TP>[-kv<dtype>][-bs<N>]_{train,oracle}.jsonl`` as ``benchmarks/regret_rescore.sh`` reads them; the
+stores are imported into a temporary folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+VARIANTS = ("off", "on")
+
+#: Runs benchmarks/regret.py --score-only with the tie-break on or off (from the environment).
+RUNNER = r"""
+import os, runpy, sys
+import hwtune.selector.dispatch as d
+if os.environ["TACTIC_TIE"] == "off":
+    d.shared_best = lambda tactics, tied, mp: None
+sys.argv = ["regret.py", *sys.argv[1:]]
+runpy.run_path("benchmarks/regret.py", run_name="__main__")
+"""
+
+
+def import_stores(results: Path, model: str, out: Path) -> tuple[list[str], str]:
+    """Import one model's train and oracle stores under ``out``; (regret.py's model arguments, store name)."""
+    name, tp, *rest = model.split(":")
+    kv = "fp8_e4m3" if "fp8" in rest else "auto"
+    bs = next((r[2:] for r in rest if r.startswith("bs")), None)
+    stem = f"{name}-tp{tp}" + ("-kvfp8_e4m3" if kv != "auto" else "") + (f"-bs{bs}" if bs else "")
+    (out / stem).mkdir(parents=True, exist_ok=True)
+    for k in ("train", "oracle"):
+        db = f"sqlite:///{out / stem / k}.db"
+        subprocess.run([sys.executable, "-m", "hwtune", "db", "import", str(results / f"{stem}_{k}.jsonl"), "--db", db],
+                       check=True, capture_output=True, cwd=ROOT)  # fmt: skip
+    args = ["--model", f"tests/data/models/{name}.json:{tp}", "--kv-cache-dtype", kv]
+    return args + (["--block-size", bs] if bs else []), stem
+
+
+def score(out: Path, model_args: list[str], variant: str) -> dict:
+    args = ["--out", str(out), *model_args, "--score-only", "--as-stored", "--device", "h100", "--kv-layout", "NHD"]
+    env = {**os.environ, "TACTIC_TIE": variant, "PYTHONPATH": str(ROOT)}
+    res = subprocess.run([sys.executable, "-c", RUNNER, *args], capture_output=True, text=True, env=env, cwd=ROOT)
+    text = res.stdout + res.stderr
+    row: dict = {"tie_break": variant}
+    for policy in ("hwtune", "hwtune_per_phase"):
+        line = next((ln for ln in text.splitlines() if ln.split()[:1] == [policy]), None)
+        row[policy] = " / ".join(re.findall(r"(?:geomean|p95|worst) ([\d.inf]+)", line)) if line else "failed"
+    head = re.search(r"tp\d+: (\S+) per phase (\{.*\})", text)
+    row["backend"], row["per_phase"] = (head.group(1), head.group(2)) if head else (None, None)
+    if head is None:
+        row["error"] = text.strip().splitlines()[-1:]
+    return row
+
+
+def main() -> None:
+    pairs = sys.argv[1:]
+    if len(pairs) < 2 or len(pairs) % 2:
+        sys.exit(__doc__)
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (results, model) in enumerate(zip(pairs[::2], pairs[1::2])):
+            out = Path(tmp) / str(i)
+            model_args, stem = import_stores(Path(results), model, out)
+            for variant in VARIANTS:
+                print(json.dumps({"model": stem, "results": results, **score(out, model_args, variant)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
