@@ -5,7 +5,9 @@ request's query tokens x the GQA group of that KV head, so each KV tile is loade
 to one ``tl.dot`` for all of them (decode reads every page once per KV head). Query token ``i`` of request
 ``r`` sits at position ``seq_lens[r] - query_len[r] + i`` and sees KV positions up to it (causal within the
 new tokens, whole cached prefix). The KV loop runs in two parts: tiles wholly before the tile's first query
-position (no mask: straight 16-byte loads), then the diagonal / tail tiles (masked).
+position (no mask: straight 16-byte loads), then the diagonal / tail tiles (masked). A prefill-style launch reads
+the block table for the first part in chunks of ``BT_CHUNK_TILES`` tiles outside its pipelined loop (``bt_chunk``),
+so the compiler prefetches K/V tiles a stage deeper.
 
 With ``num_splits > 1`` (flash-decoding) each split writes a normalised partial output and its LSE to the
 workspace and they are merged by LSE: in decode-style launches of a few splits by the last split of each tile to
@@ -55,6 +57,18 @@ from hwtune.kernels.split_kv import merge_if_last, merge_splits, merges_in_kerne
 
 KV_DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn)
 
+#: KV tiles whose block-table entries a prefill-style launch reads at once, outside its pipelined loop
+#: (``_page_chunk``; ``bt_chunk`` says where); 0 reads each tile's entries in the loop. WHY: Triton's software
+#: pipeline prefetches a load that depends on another load of the same iteration less deeply: with 3 stages it gives
+#: the block-table load one stage and the K/V tiles one, instead of two to the K/V tiles. On an H200 (2026-11-28,
+#: benchmarks/results/experiments/bt_free_h200_2026-11-28.jsonl) a prefill with every page computed (a contiguous
+#: table, no table read in the loop) took 13-19 % less time; reading the table in chunks
+#: (bt_chunks_h200_2026-11-28.jsonl) took auto's 128-position tiles on 16-token pages 2.8-9.1 % less time at all eight
+#: shapes of three models, TMA tiles on 128-token pages 9.3-11.2 % less, but 64-position tiles on 16-token pages -5.5
+#: to +5.5 %: each tile picks its entries out of the chunk, a cost that half a tile's work does not repay
+#: (docs/kernels.md "The block table read in chunks").
+BT_CHUNK_TILES = 16
+
 
 @triton.jit
 def _kv_tile(
@@ -88,6 +102,8 @@ def _kv_tile(
     MASKED: tl.constexpr,
     D_PADDED: tl.constexpr,
     TMA: tl.constexpr,
+    pages,
+    PAGES_GIVEN: tl.constexpr,
 ):
     """One KV tile of the online softmax (running max ``m_i`` in log2 units).
 
@@ -96,11 +112,13 @@ def _kv_tile(
     offsets of the tile's positions, used when tiles start on page boundaries (``BLOCK_N % PAGE_SIZE ==
     0``); otherwise (a page of 48 or 128 tokens, say) they are computed per tile. With ``TMA`` the tile
     lies inside one page and arrives as one descriptor copy (``_tma.py``): rows past the context may hold
-    anything, so the masked tiles zero V there (K's scores are masked)."""
+    anything, so the masked tiles zero V there (K's scores are masked). With ``PAGES_GIVEN`` the tile's block-table
+    entries come from the caller (``_chunk_pages``: its page with TMA, else each position's), not from a load here."""
     pos = j * BLOCK_N + offs_n
     if TMA:
         start = j * BLOCK_N
-        row = tl.load(bt_row + start // PAGE_SIZE) * tma_rows_per_block + tma_row0 + start % PAGE_SIZE
+        page = pages if PAGES_GIVEN else tl.load(bt_row + start // PAGE_SIZE)
+        row = page * tma_rows_per_block + tma_row0 + start % PAGE_SIZE
         k = desc_k.load([row, tma_col])
         v = desc_v.load([row, tma_col])
         if MASKED:
@@ -113,7 +131,9 @@ def _kv_tile(
         k_in_page = (pos % PAGE_SIZE).to(tl.int64) * stride_kt
         v_in_page = (pos % PAGE_SIZE).to(tl.int64) * stride_vt
     if not TMA:
-        if MASKED:
+        if PAGES_GIVEN:  # unmasked tiles only
+            blk = pages.to(tl.int64)
+        elif MASKED:
             n_ok = pos < kv_end
             blk = tl.load(bt_row + page_idx, mask=n_ok, other=0).to(tl.int64)
         else:
@@ -146,6 +166,39 @@ def _kv_tile(
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = tl.dot(p.to(q.dtype), v.to(q.dtype), acc=acc * alpha[:, None])
     return acc, m_new, l_i
+
+
+@triton.jit
+def _page_chunk(bt_row, c0, kv_end, BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, BT_PAGES: tl.constexpr):
+    """The block-table entries of the pages from tile ``c0``'s on (``BT_PAGES`` of them, those past the context 0):
+    (the first one's index, the entries)."""
+    first = (c0 * BLOCK_N) // PAGE_SIZE
+    idx = first + tl.arange(0, BT_PAGES)
+    return first, tl.load(bt_row + idx, mask=idx * PAGE_SIZE < kv_end, other=0)
+
+
+@triton.jit
+def _chunk_pages(
+    chunk,
+    first,
+    j,
+    BLOCK_N: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    BT_PAGES: tl.constexpr,
+):
+    """Tile ``j``'s entries from a ``_page_chunk``: its page where a tile lies inside one page, else each position's
+    page (tiles of whole pages). No load: the tile's K/V addresses depend on no load of the loop, so the compiler's
+    pipeline prefetches them ``num_stages - 1`` tiles ahead (a block-table load in the loop is an indirection it splits
+    the stages with)."""
+    if PAGE_SIZE % BLOCK_N == 0:
+        rel = (j * BLOCK_N) // PAGE_SIZE - first
+        return tl.sum(tl.where(tl.arange(0, BT_PAGES) == rel, chunk, 0), axis=0)
+    else:  # a select, not tl.gather: gathering these indices hit illegal addresses on an H200 (triton 3.6)
+        PPT: tl.constexpr = BLOCK_N // PAGE_SIZE
+        row = ((j * BLOCK_N) // PAGE_SIZE - first) // PPT
+        rows = tl.reshape(chunk, (BT_PAGES // PPT, PPT))
+        sel = tl.sum(tl.where(tl.arange(0, BT_PAGES // PPT)[:, None] == row, rows, 0), axis=0)
+        return tl.reshape(tl.broadcast_to(sel[:, None], (PPT, PAGE_SIZE)), (BLOCK_N,))
 
 
 @jit_workload_generic
@@ -201,6 +254,8 @@ def _paged_attn_kernel(
     F16_DOTS: tl.constexpr,
     TMA: tl.constexpr,
     MERGE_HERE: tl.constexpr,
+    BT_CHUNK: tl.constexpr,
+    BT_PAGES: tl.constexpr,
 ):
     pid_q, kv_head, split = program_coords(num_kv_heads, HEADS_FAST)
     tiles_left, req, rows_tok, rows_pos, head, row_ok, first_pos, kv_end = query_tile(
@@ -235,39 +290,24 @@ def _paged_attn_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     m_i = tl.full([BLOCK_M], -1.0e30, tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
-    for j in range(t0, tl.minimum(t1, full_end)):
-        acc, m_i, l_i = _kv_tile(
-            acc,
-            m_i,
-            l_i,
-            q,
-            k_base,
-            v_base,
-            bt_row,
-            j,
-            kv_end,
-            rows_pos,
-            offs_n,
-            offs_d,
-            d_ok,
-            k_in_page,
-            v_in_page,
-            stride_kb,
-            stride_kt,
-            stride_vb,
-            stride_vt,
-            scale_log2,
-            desc_k,
-            desc_v,
-            tma_rows_per_block,
-            tma_row0,
-            tma_col,
-            BLOCK_N,
-            PAGE_SIZE,
-            False,
-            BLOCK_D != HEAD_D,
-            TMA,
-        )
+    full_stop = tl.minimum(t1, full_end)
+    if BT_CHUNK > 0:  # the block table read a chunk of tiles at a time, outside the pipelined loop
+        for c0 in range(t0, full_stop, BT_CHUNK):
+            first, chunk = _page_chunk(bt_row, c0, kv_end, BLOCK_N, PAGE_SIZE, BT_PAGES)
+            for j in range(c0, tl.minimum(c0 + BT_CHUNK, full_stop)):
+                acc, m_i, l_i = _kv_tile(
+                    acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs_n, offs_d, d_ok, k_in_page,
+                    v_in_page, stride_kb, stride_kt, stride_vb, stride_vt, scale_log2, desc_k, desc_v,
+                    tma_rows_per_block, tma_row0, tma_col, BLOCK_N, PAGE_SIZE, False, BLOCK_D != HEAD_D, TMA,
+                    _chunk_pages(chunk, first, j, BLOCK_N, PAGE_SIZE, BT_PAGES), True,
+                )  # fmt: skip
+    else:
+        for j in range(t0, full_stop):
+            acc, m_i, l_i = _kv_tile(
+                acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs_n, offs_d, d_ok, k_in_page,
+                v_in_page, stride_kb, stride_kt, stride_vb, stride_vt, scale_log2, desc_k, desc_v, tma_rows_per_block,
+                tma_row0, tma_col, BLOCK_N, PAGE_SIZE, False, BLOCK_D != HEAD_D, TMA, 0, False,
+            )  # fmt: skip
     for j in range(tl.maximum(t0, full_end), t1):
         acc, m_i, l_i = _kv_tile(
             acc,
@@ -300,6 +340,8 @@ def _paged_attn_kernel(
             True,
             BLOCK_D != HEAD_D,
             TMA,
+            0,
+            False,
         )
     acc = acc * v_scale
     store_result(
@@ -352,6 +394,20 @@ def _paged_attn_kernel(
             BLOCK_D,
             WRITE_LSE,
         )
+
+
+def bt_chunk(*, prefill_style: bool, page_size: int, block_n: int, tma: bool, num_stages: int) -> tuple[int, int]:
+    """(tiles, block-table entries) of one ``_page_chunk``, or (0, 1) where the loop reads the table itself: chunks for
+    prefill-style launches of TMA tiles (inside a page) and of gathered tiles of 128 or more positions spanning whole
+    pages, where they were measured faster (``BT_CHUNK_TILES``); the entries a chunk spans from any first tile, a power
+    of two."""
+    if not prefill_style or BT_CHUNK_TILES <= 0 or num_stages > 3:  # 4 stages a prefetch deeper: out of shared memory
+        return 0, 1
+    if tma or (block_n >= 128 and block_n % page_size == 0):
+        if block_n % page_size == 0:  # tiles of whole pages: exactly their pages
+            return BT_CHUNK_TILES, BT_CHUNK_TILES * block_n // page_size
+        return BT_CHUNK_TILES, next_pow2(-(-BT_CHUNK_TILES * block_n // page_size) + 1)  # TMA tiles from mid-page
+    return 0, 1
 
 
 def _kv_strides(cache: torch.Tensor, kv_layout: str) -> tuple[int, int, int, int]:
@@ -459,6 +515,13 @@ def paged_attention(
         tma_geometry = (k_mat.rows_per_block, k_mat.rows_per_head, k_mat.cols_per_head)
     else:
         desc_k, desc_v, tma_geometry = k_cache, v_cache, (0, 0, 0)  # unused by the gather kernel
+    chunk_tiles, chunk_pages = bt_chunk(
+        prefill_style=not is_decode_shape(max_query_len),
+        page_size=page_size,
+        block_n=plan.block_n,
+        tma=use_tma,
+        num_stages=plan.num_stages,
+    )
     splits = plan.num_splits
     merge_here = splits > 1 and merges_in_kernel(plan, max_query_len, num_kv_heads)
     if splits > 1:
@@ -517,6 +580,8 @@ def paged_attention(
         F16_DOTS=k_cache.dtype == torch.float8_e4m3fn and q.dtype == torch.bfloat16,
         TMA=use_tma,
         MERGE_HERE=merge_here,
+        BT_CHUNK=chunk_tiles,
+        BT_PAGES=chunk_pages,
         num_warps=plan.num_warps,
         num_stages=plan.num_stages,
     )

@@ -119,6 +119,55 @@ INTERP_CASES: dict[str, Case] = {
         P((1, 1, 1), (1, 37, 100), page_size=32, config=SPLIT3, kv_loads="tma", poison_tail=True)
     ),
     "prefill_gather_poisoned": _t(P((40, 3), (100, 30), poison_tail=True)),
+    # the block table read BT_CHUNK_TILES (16) tiles at a time (triton_attention.bt_chunk): gathered tiles of 128
+    # positions over 8 and 2 pages, TMA tiles of a page and of half a page, several chunks per split, splits starting
+    # mid-chunk, NaN past each context
+    "prefill_bt_chunks_gather_page16": _t(
+        P(
+            (20, 3),
+            (3000, 90),
+            num_heads=2,
+            num_kv_heads=1,
+            config={"block_n": 128, "block_m": 16, "num_splits": 2},
+            poison_tail=True,
+        )
+    ),  # fmt: skip
+    "prefill_bt_chunks_gather_page64": _t(
+        P(
+            (24,),
+            (4000,),
+            num_heads=2,
+            num_kv_heads=1,
+            page_size=64,
+            config={"block_n": 128, "block_m": 16, "num_splits": 3},
+            poison_tail=True,
+        )
+    ),  # fmt: skip
+    "prefill_bt_chunks_tma_page64": _t(
+        P(
+            (17,),
+            (2200,),
+            num_heads=2,
+            num_kv_heads=1,
+            page_size=64,
+            kv_loads="tma",
+            config={"block_n": 32, "block_m": 32, "num_splits": 3},
+            poison_tail=True,
+        )
+    ),  # fmt: skip
+    "prefill_bt_chunks_tma_whole_page": _t(
+        P(
+            (40, 17),
+            (2500, 600),
+            num_heads=2,
+            num_kv_heads=1,
+            page_size=32,
+            kv_loads="tma",
+            layout="HND",
+            config={"block_n": 32, "block_m": 32, "num_splits": 2},
+            poison_tail=True,
+        )
+    ),  # fmt: skip
 }
 
 # Run a second time with tensor-core accumulation (interp_runner --tensor-core-dot, tensor_core_model.py):
