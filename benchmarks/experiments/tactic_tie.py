@@ -73,7 +73,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for i, (results, model) in enumerate(zip(pairs[::2], pairs[1::2])):
             out = Path(tmp) / str(i)
-            model_args, stem = import_stores(Path(results), model, out)
+            model_args, stem = import_stores(Path(results).resolve(), model, out)
             for variant in VARIANTS:
                 print(json.dumps({"model": stem, "results": results, **score(out, model_args, variant)}), flush=True)
 

@@ -64,8 +64,8 @@ KV_DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn)
 #: benchmarks/results/experiments/bt_free_h200_2026-11-28.jsonl) a prefill with every page computed (a contiguous
 #: table, no table read in the loop) took 13-19 % less time; reading the table in chunks
 #: (bt_chunks_h200_2026-11-28.jsonl) took auto's 128-position tiles on 16-token pages 2.8-9.1 % less time at all eight
-#: shapes of three models, TMA tiles on 128-token pages 9.3-11.2 % less, but 64-position tiles on 16-token pages -5.5
-#: to +5.5 %: each tile picks its entries out of the chunk, a cost that half a tile's work does not repay
+#: shapes of three models, TMA tiles on 128-token pages 9.3-11.2 % less (one shape), but 64-position tiles on 16-token
+#: pages -5.5 to +5.5 %: each tile picks its entries out of the chunk, a cost that half a tile's work does not repay
 #: (docs/kernels.md "The block table read in chunks").
 BT_CHUNK_TILES = 16
 
@@ -397,13 +397,15 @@ def _paged_attn_kernel(
 
 
 def bt_chunk(*, prefill_style: bool, page_size: int, block_n: int, tma: bool, num_stages: int) -> tuple[int, int]:
-    """(tiles, block-table entries) of one ``_page_chunk``, or (0, 1) where the loop reads the table itself: chunks for
-    prefill-style launches of TMA tiles (inside a page) and of gathered tiles of 128 or more positions spanning whole
-    pages, where they were measured faster (``BT_CHUNK_TILES``); the entries a chunk spans from any first tile, a power
-    of two."""
-    if not prefill_style or BT_CHUNK_TILES <= 0 or num_stages > 3:  # 4 stages a prefetch deeper: out of shared memory
+    """(tiles, block-table entries) of one ``_page_chunk``, or (0, 1) where the loop reads the table itself. Chunks
+    for prefill-style launches at up to 3 stages of TMA tiles of 64 or more positions (inside a page) and of gathered
+    tiles of 128 or more positions over whole pages: what was measured faster (``BT_CHUNK_TILES``; TMA tiles at one
+    shape only). The entries: those a chunk spans from any first tile, a power of two. 4-stage configs keep the load in
+    the loop: with it out, a 128 x 128 TMA config at 4 stages needed 294944 bytes of shared memory on an H200 (limit
+    232448), where it fits with the load in the loop."""
+    if not prefill_style or BT_CHUNK_TILES <= 0 or num_stages > 3:
         return 0, 1
-    if tma or (block_n >= 128 and block_n % page_size == 0):
+    if (tma and block_n >= 64) or (block_n >= 128 and block_n % page_size == 0):
         if block_n % page_size == 0:  # tiles of whole pages: exactly their pages
             return BT_CHUNK_TILES, BT_CHUNK_TILES * block_n // page_size
         return BT_CHUNK_TILES, next_pow2(-(-BT_CHUNK_TILES * block_n // page_size) + 1)  # TMA tiles from mid-page

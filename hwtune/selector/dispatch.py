@@ -172,13 +172,14 @@ def shared_best(tactics: Mapping[str, Sequence[Point]], tied: Sequence[str], mp:
 
 def _best_tactic(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> tuple[str, float, bool] | None:
     """(tactic, latency, exact) for one cell: the cheapest estimate inside the measured range, tactics within ``TIE``
-    of it compared again on the shapes all of them were measured at (``shared_best``); the robust tactic beyond it."""
+    of it compared again on the shapes all of them were measured at (``shared_best``) unless one of them was measured at
+    the cell's centre; the robust tactic beyond it."""
     ests = {t: e for t, pts in sorted(tactics.items()) if (e := estimate(pts, mp)) is not None}
     if not ests:
         return None
     best = min(ests, key=lambda t: ests[t][0])
     tied = [t for t in ests if ests[t][0] <= TIE * ests[best][0]]
-    if len(tied) > 1:
+    if len(tied) > 1 and not any(ests[t][1] for t in tied):  # a measurement at the cell's centre stands
         best = shared_best(tactics, tied, mp) or best
     robust = robust_tactic(tactics, mp)
     if robust is not None and robust in ests:

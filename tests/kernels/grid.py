@@ -119,13 +119,13 @@ INTERP_CASES: dict[str, Case] = {
         P((1, 1, 1), (1, 37, 100), page_size=32, config=SPLIT3, kv_loads="tma", poison_tail=True)
     ),
     "prefill_gather_poisoned": _t(P((40, 3), (100, 30), poison_tail=True)),
-    # the block table read BT_CHUNK_TILES (16) tiles at a time (triton_attention.bt_chunk): gathered tiles of 128
-    # positions over 8 and 2 pages, TMA tiles of a page and of half a page, several chunks per split, splits starting
-    # mid-chunk, NaN past each context
+    # the block table read BT_CHUNK_TILES (16) tiles at a time (triton_attention.bt_chunk), more than 16 tiles a split,
+    # splits starting mid-chunk, NaN past each context: gathered 128-position tiles over 8 and 2 pages and over one
+    # (fp8 KV, which TMA cannot load), TMA tiles of a page and of half a page (chunks starting mid-page)
     "prefill_bt_chunks_gather_page16": _t(
         P(
             (20, 3),
-            (3000, 90),
+            (4500, 90),
             num_heads=2,
             num_kv_heads=1,
             config={"block_n": 128, "block_m": 16, "num_splits": 2},
@@ -135,7 +135,7 @@ INTERP_CASES: dict[str, Case] = {
     "prefill_bt_chunks_gather_page64": _t(
         P(
             (24,),
-            (4000,),
+            (7000,),
             num_heads=2,
             num_kv_heads=1,
             page_size=64,
@@ -143,15 +143,28 @@ INTERP_CASES: dict[str, Case] = {
             poison_tail=True,
         )
     ),  # fmt: skip
-    "prefill_bt_chunks_tma_page64": _t(
+    "prefill_bt_chunks_gather_page128_fp8": _t(
         P(
-            (17,),
-            (2200,),
+            (18,),
+            (2700,),
             num_heads=2,
             num_kv_heads=1,
-            page_size=64,
+            page_size=128,
+            kv_dtype=FP8,
+            k_scale=0.5,
+            config={"block_n": 128, "block_m": 32, "num_splits": 1},
+            poison_tail=True,
+        )
+    ),  # fmt: skip
+    "prefill_bt_chunks_tma_half_page": _t(
+        P(
+            (17,),
+            (4400,),
+            num_heads=2,
+            num_kv_heads=1,
+            page_size=128,
             kv_loads="tma",
-            config={"block_n": 32, "block_m": 32, "num_splits": 3},
+            config={"block_n": 64, "block_m": 32, "num_splits": 3},
             poison_tail=True,
         )
     ),  # fmt: skip
@@ -161,10 +174,10 @@ INTERP_CASES: dict[str, Case] = {
             (2500, 600),
             num_heads=2,
             num_kv_heads=1,
-            page_size=32,
+            page_size=64,
             kv_loads="tma",
             layout="HND",
-            config={"block_n": 32, "block_m": 32, "num_splits": 2},
+            config={"block_n": 64, "block_m": 32, "num_splits": 2},
             poison_tail=True,
         )
     ),  # fmt: skip

@@ -123,3 +123,46 @@ def test_tied_tactics_are_compared_on_the_shapes_both_were_measured_at() -> None
     fa2_est, fa3_est = estimate(pts(fa2), centre)[0], estimate(pts(fa3), centre)[0]
     assert fa2_est < fa3_est < 1.05 * fa2_est  # tied, fa2 ahead: the case the tie-break exists for
     assert table_selection(ev, "X").tactic_for("decode", 48, 12000) == "fa3"
+
+
+def _tie_case(extra_fa2: dict | None = None, fa3_scale: float = 1.0) -> tuple[Evidence, MixPoint]:
+    """The store subset above, fa3 scaled by ``fa3_scale`` and fa2 given ``extra_fa2`` points."""
+    both = [(32, 4096), (64, 2048), (64, 8192), (64, 16384)]
+    fa2 = {(b, c, 1): us for (b, c), us in zip(both, [85.1, 85.1, 291.2, 561.4])} | (extra_fa2 or {})
+    fa3 = {(b, c, 1): us * fa3_scale for (b, c), us in zip(both, [55.7, 56.1, 160.3, 298.5])}
+    fa3 |= {(45, 4096, 1): 104.8 * fa3_scale, (64, 23170, 1): 465.2 * fa3_scale}
+    ev = Evidence(points={("X", "fa2", "decode"): pts(fa2), ("X", "fa3", "decode"): pts(fa3)})
+    return ev, MixPoint("decode", 45, 11585, 1.0)
+
+
+def test_the_shared_shape_comparison_only_breaks_ties() -> None:
+    """fa3 more than 5 % above fa2's estimate at the cell keeps fa2, whatever the shared shapes say."""
+    from hwtune.selector.dispatch import _best_tactic
+
+    ev, centre = _tie_case(fa3_scale=1.2)
+    by_tactic = {t: p for (_b, t, _ph), p in ev.points.items()}
+    fa2_est, fa3_est = (estimate(by_tactic[t], centre)[0] for t in ("fa2", "fa3"))
+    assert fa3_est > 1.05 * fa2_est
+    assert _best_tactic(by_tactic, centre)[0] == "fa2"
+
+
+def test_a_measurement_at_the_cell_centre_is_not_overruled_by_shared_shapes() -> None:
+    """fa2 measured at the cell's centre itself, within 5 % under fa3's estimate: the measurement stands (comparing
+    on shared shapes would drop it)."""
+    from hwtune.selector.dispatch import _best_tactic
+
+    ev, centre = _tie_case(extra_fa2={(45, 11585, 1): 290.0})
+    by_tactic = {t: p for (_b, t, _ph), p in ev.points.items()}
+    assert _best_tactic(by_tactic, centre) == ("fa2", 290.0, True)
+
+
+def test_without_two_shared_shapes_the_cheapest_estimate_stands() -> None:
+    """Tied tactics measured at one common shape only: no comparison on shared shapes, the cheapest estimate wins."""
+    from hwtune.selector.dispatch import _best_tactic, shared_best
+
+    a = [Point(32, 4096, 1, 100.0, 1), Point(64, 16384, 1, 400.0, 1)]
+    b = [Point(32, 4096, 1, 101.0, 1), Point(64, 8192, 1, 220.0, 1), Point(64, 32768, 1, 800.0, 1)]
+    mp = MixPoint("decode", 45, 11585, 1.0)
+    assert shared_best({"a": a, "b": b}, ["a", "b"], mp) is None
+    ests = {t: estimate(p, mp)[0] for t, p in (("a", a), ("b", b))}
+    assert _best_tactic({"a": a, "b": b}, mp)[0] == min(ests, key=ests.get)
