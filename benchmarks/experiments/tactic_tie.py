@@ -14,14 +14,14 @@ stores are imported into a temporary folder.
 from __future__ import annotations
 
 import json
-import os
-import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from rescore_variants import ROOT, result_pairs, score_variant  # noqa: E402
+
 VARIANTS = ("off", "on")
 
 #: Runs benchmarks/regret.py --score-only with the tie-break on or off (from the environment).
@@ -50,32 +50,12 @@ def import_stores(results: Path, model: str, out: Path) -> tuple[list[str], str]
     return args + (["--block-size", bs] if bs else []), stem
 
 
-def score(out: Path, model_args: list[str], variant: str) -> dict:
-    args = ["--out", str(out), *model_args, "--score-only", "--as-stored", "--device", "h100", "--kv-layout", "NHD"]
-    env = {**os.environ, "TACTIC_TIE": variant, "PYTHONPATH": str(ROOT)}
-    res = subprocess.run([sys.executable, "-c", RUNNER, *args], capture_output=True, text=True, env=env, cwd=ROOT)
-    text = res.stdout + res.stderr
-    row: dict = {"tie_break": variant}
-    for policy in ("hwtune", "hwtune_per_phase"):
-        line = next((ln for ln in text.splitlines() if ln.split()[:1] == [policy]), None)
-        row[policy] = " / ".join(re.findall(r"(?:geomean|p95|worst) ([\d.inf]+)", line)) if line else "failed"
-    head = re.search(r"tp\d+: (\S+) per phase (\{.*\})", text)
-    row["backend"], row["per_phase"] = (head.group(1), head.group(2)) if head else (None, None)
-    if head is None:
-        row["error"] = text.strip().splitlines()[-1:]
-    return row
-
-
 def main() -> None:
-    pairs = sys.argv[1:]
-    if len(pairs) < 2 or len(pairs) % 2:
-        sys.exit(__doc__)
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, (results, model) in enumerate(zip(pairs[::2], pairs[1::2])):
-            out = Path(tmp) / str(i)
-            model_args, stem = import_stores(Path(results).resolve(), model, out)
-            for variant in VARIANTS:
-                print(json.dumps({"model": stem, "results": results, **score(out, model_args, variant)}), flush=True)
+    for results, path, model, out in result_pairs(sys.argv[1:], __doc__ or ""):
+        model_args, stem = import_stores(path, model, out)
+        for variant in VARIANTS:
+            row = score_variant(RUNNER, {"TACTIC_TIE": variant}, out, model_args)
+            print(json.dumps({"model": stem, "results": results, "tie_break": variant, **row}), flush=True)
 
 
 if __name__ == "__main__":
