@@ -1,6 +1,7 @@
 """Does comparing tied tactics on the shapes both were measured at change regret? Re-scores committed regret stores
-(no GPU) with the dispatch's tie-break (``hwtune.selector.dispatch.shared_best``: tactics whose estimates at a cell
-lie within ``TIE`` of the cheapest are compared again from only the shapes all of them were measured at) and without it
+(no GPU) with the dispatch's tie-break (``hwtune.selector.dispatch.shared_estimates``: tactics whose estimates at a cell
+lie within ``TIE`` of the cheapest are compared again from only the shapes all of them were measured at; models with
+windowed layers too, each kind's so weighted by its layers) and without it
 (the cheapest estimate wins, as before 2026-11-28), and prints per model and variant the chosen backend, the per-phase
 backends and both policies' scores against the oracle (docs/tuning.md "Dispatch").
 
@@ -29,7 +30,7 @@ RUNNER = r"""
 import os, runpy, sys
 import hwtune.selector.dispatch as d
 if os.environ["TACTIC_TIE"] == "off":
-    d.shared_best = lambda tactics, tied, mp: None
+    d.shared_estimates = lambda tactics, tied, mp: None
 sys.argv = ["regret.py", *sys.argv[1:]]
 runpy.run_path("benchmarks/regret.py", run_name="__main__")
 """

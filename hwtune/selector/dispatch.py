@@ -151,9 +151,11 @@ def robust_tactic(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> str |
     return min(worst, key=lambda t: (worst[t], at_edge[t]))
 
 
-def shared_best(tactics: Mapping[str, Sequence[Point]], tied: Sequence[str], mp: MixPoint) -> str | None:
-    """Of ``tied`` tactics (estimates within ``TIE`` of each other at ``mp``), the cheapest estimated from only the
-    shapes every one of them was measured at; None where those are fewer than two or give no estimate.
+def shared_estimates(
+    tactics: Mapping[str, Sequence[Point]], tied: Sequence[str], mp: MixPoint
+) -> dict[str, float] | None:
+    """Each of ``tied`` tactics' estimate at ``mp`` from only the shapes every one of them was measured at; None where
+    those are fewer than two.
 
     WHY: estimates from different sets of shapes are not comparable. A bisection point measures only the contenders
     at its neighbours, so a tactic measured there carries what that shape costs it (a slow wave of FlashInfer's MLA
@@ -166,7 +168,14 @@ def shared_best(tactics: Mapping[str, Sequence[Point]], tied: Sequence[str], mp:
     if len(shared) < 2:
         return None
     on_shared = {t: [p for p in tactics[t] if (p.batch, p.context, p.query_len) in shared] for t in tied}
-    ests = {t: e[0] for t in sorted(tied) if (e := estimate(on_shared[t], mp)) is not None}
+    ests = {t: e[0] for t in tied if (e := estimate(on_shared[t], mp)) is not None}
+    return ests if len(ests) == len(tied) else None
+
+
+def shared_best(tactics: Mapping[str, Sequence[Point]], tied: Sequence[str], mp: MixPoint) -> str | None:
+    """Of ``tied`` tactics (estimates within ``TIE`` of each other at ``mp``), the cheapest by ``shared_estimates``;
+    None where those cannot be made."""
+    ests = shared_estimates(tactics, tied, mp)
     return min(ests, key=lambda t: (ests[t], t)) if ests else None
 
 

@@ -18,6 +18,7 @@ from typing import Sequence
 
 from hwtune.core.errors import InvalidSpecError, NoValidBackendError
 from hwtune.core.types import AttentionSpec
+from hwtune.selector import dispatch
 from hwtune.selector.decision import TIE, Costed, Estimate, cost_with, decide_one, per_phase_winners, point_estimate
 from hwtune.selector.dispatch import dispatch_table, robust_tactic, table_with
 from hwtune.selector.measured import Evidence, Point
@@ -170,9 +171,25 @@ class Layered:
                 return None
             robust = {r for ev, _ in self.kinds if (r := robust_tactic(_points(ev, backend, ests, mp), mp)) in ests}
             best = min(robust or ests, key=lambda t: (ests[t][0], t))
+            tied = sorted(t for t in ests if ests[t][0] <= dispatch.TIE * ests[best][0])
+            if not robust and len(tied) > 1 and not any(ests[t][1] for t in tied):
+                best = self._shared_best(backend, tied, mp) or best
             return best, ests[best][0], ests[best][1]
 
         return table_with(phases, choose, self.basis.max_batch, self.basis.max_context)
+
+    def _shared_best(self, backend: str, tied: Sequence[str], mp: MixPoint) -> str | None:
+        """Of ``tied`` tactics, the cheapest by the layer-weighted ``dispatch.shared_estimates`` of every kind (each
+        kind's estimates from the shapes all of them were measured at for that kind); None where a kind has none."""
+        total = dict.fromkeys(tied, 0.0)
+        for ev, n in self.kinds:
+            points = _points(ev, backend, tied, mp)
+            ests = dispatch.shared_estimates(points, tied, mp) if len(points) == len(tied) else None
+            if ests is None:
+                return None
+            for t in tied:
+                total[t] += n * ests[t]
+        return min(total, key=lambda t: (total[t], t))
 
 
 def _points(ev: Evidence, backend: str, tactics: Sequence[str], mp: MixPoint) -> dict[str, Sequence[Point]]:

@@ -383,3 +383,16 @@ def test_a_phase_routed_to_another_backend_dispatches_its_tactics_over_every_lay
     assert both.tactic_for("decode", 1, 8192, backend="FLASHINFER") == "fa3"
     assert both.tactic_for("decode", 256, 8192, backend="FLASHINFER") == "fa2-tc"
     _cached.cache_clear()
+
+
+def test_layered_dispatch_compares_tied_tactics_on_shared_shapes_too() -> None:
+    """The single-spec tie case (tests/selector/test_interpolation.py: fa3 measured alone at a slow-wave bisection
+    point, fa2 interpolated past it and tied) in both layer kinds: the layered table takes fa3 at 48 x 12000 too."""
+    from hwtune.selector.layer_kinds import Layered
+    from hwtune.selector.selection import Basis
+    from tests.selector.test_interpolation import _tie_case
+
+    ev, _centre = _tie_case()
+    joint = Layered(((ev, 3), (ev, 1)), Basis(ev, (), 64, 16384))
+    cells = {(e.batch_max, e.context_max): e.tactic for e in joint.table("X") if e.phase == "decode"}
+    assert cells[(64, 16384)] == "fa3"
