@@ -113,7 +113,8 @@ def _kv_tile(
     0``); otherwise (a page of 48 or 128 tokens, say) they are computed per tile. With ``TMA`` the tile
     lies inside one page and arrives as one descriptor copy (``_tma.py``): rows past the context may hold
     anything, so the masked tiles zero V there (K's scores are masked). With ``PAGES_GIVEN`` the tile's block-table
-    entries come from the caller (``_chunk_pages``: its page with TMA, else each position's), not from a load here."""
+    entries come from the caller (``_chunk_pages``: its page where it lies inside one, else each position's), not
+    from a load here."""
     pos = j * BLOCK_N + offs_n
     if TMA:
         start = j * BLOCK_N
