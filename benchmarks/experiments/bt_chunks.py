@@ -1,5 +1,5 @@
 """HWTUNE_TRITON_ATTN's prefill with the block table read 16 tiles at a time outside the pipelined loop
-(``triton_attention.BT_CHUNK_TILES``, ``_page_chunk``) against reading each tile's entries in the loop (0, as before
+(``page_chunks.BT_CHUNK_TILES``, ``page_chunk``) against reading each tile's entries in the loop (0, as before
 2026-11-28), on the probe's problems (random page order), same process, same configs: auto's and the tuned space's
 usual 128 x 128 and 128 x 64 tiles. The outputs of the two must agree bit for bit (the same arithmetic). Times: the
 median call replayed from a CUDA graph (no L2 flush; ``mla_decode_gap.graph_us``).
@@ -31,7 +31,7 @@ from mla_decode_gap import graph_us  # noqa: E402
 
 from hwtune.core.model_config import attention_spec, load_model_config  # noqa: E402
 from hwtune.core.types import AttentionWorkload  # noqa: E402
-from hwtune.kernels import triton_attention  # noqa: E402
+from hwtune.kernels import page_chunks  # noqa: E402
 from hwtune.kernels.configs import TritonAttnConfig  # noqa: E402
 from hwtune.probes.attention.candidates.base import load_candidate  # noqa: E402
 from hwtune.probes.attention.problem import build_problem  # noqa: E402
@@ -55,7 +55,7 @@ TILES = [(128, 128, 8, 3), (128, 64, 8, 3)]  # (query rows, KV positions, warps,
 def ab(run, out) -> dict:  # noqa: ANN001
     row, want = {}, None
     for tiles in (0, 16):
-        triton_attention.BT_CHUNK_TILES = tiles
+        page_chunks.BT_CHUNK_TILES = tiles
         out.fill_(float("nan"))
         run()
         torch.cuda.synchronize()
@@ -64,7 +64,7 @@ def ab(run, out) -> dict:  # noqa: ANN001
         else:
             row["identical"] = bool(torch.equal(out, want))
         row["in_loop_us" if tiles == 0 else "chunked_us"] = round(graph_us(run), 2)
-    triton_attention.BT_CHUNK_TILES = 16
+    page_chunks.BT_CHUNK_TILES = 16
     row["ratio"] = round(row["chunked_us"] / row["in_loop_us"], 4)
     return row
 

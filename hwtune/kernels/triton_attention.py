@@ -6,8 +6,8 @@ to one ``tl.dot`` for all of them (decode reads every page once per KV head). Qu
 ``r`` sits at position ``seq_lens[r] - query_len[r] + i`` and sees KV positions up to it (causal within the
 new tokens, whole cached prefix). The KV loop runs in two parts: tiles wholly before the tile's first query
 position (no mask: straight 16-byte loads), then the diagonal / tail tiles (masked). A prefill-style launch reads
-the block table for the first part in chunks of ``BT_CHUNK_TILES`` tiles outside its pipelined loop (``bt_chunk``),
-so the compiler prefetches K/V tiles a stage deeper.
+the block table for the first part in chunks outside its pipelined loop (``page_chunks.py``), so the compiler
+prefetches K/V tiles a stage deeper.
 
 With ``num_splits > 1`` (flash-decoding) each split writes a normalised partial output and its LSE to the
 workspace and they are merged by LSE: in decode-style launches of a few splits by the last split of each tile to
@@ -53,21 +53,10 @@ from hwtune.kernels.configs import (
     next_pow2,
     workspace_size,
 )
+from hwtune.kernels.page_chunks import bt_chunk, chunk_pages, page_chunk
 from hwtune.kernels.split_kv import merge_if_last, merge_splits, merges_in_kernel, split_buffers
 
 KV_DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn)
-
-#: KV tiles whose block-table entries a prefill-style launch reads at once, outside its pipelined loop
-#: (``_page_chunk``; ``bt_chunk`` says where); 0 reads each tile's entries in the loop. WHY: Triton's software
-#: pipeline prefetches a load that depends on another load of the same iteration less deeply: with 3 stages it gives
-#: the block-table load one stage and the K/V tiles one, instead of two to the K/V tiles. On an H200 (2026-11-28,
-#: benchmarks/results/experiments/bt_free_h200_2026-11-28.jsonl) a prefill with every page computed (a contiguous
-#: table, no table read in the loop) took 13-19 % less time; reading the table in chunks
-#: (bt_chunks_h200_2026-11-28.jsonl) took auto's 128-position tiles on 16-token pages 2.8-9.1 % less time at all eight
-#: shapes of three models, TMA tiles on 128-token pages 9.3-11.2 % less (one shape), but 64-position tiles on 16-token
-#: pages -5.5 to +5.5 %: each tile picks its entries out of the chunk, a cost that half a tile's work does not repay
-#: (docs/kernels.md "The block table read in chunks").
-BT_CHUNK_TILES = 16
 
 
 @triton.jit
@@ -113,8 +102,8 @@ def _kv_tile(
     0``); otherwise (a page of 48 or 128 tokens, say) they are computed per tile. With ``TMA`` the tile
     lies inside one page and arrives as one descriptor copy (``_tma.py``): rows past the context may hold
     anything, so the masked tiles zero V there (K's scores are masked). With ``PAGES_GIVEN`` the tile's block-table
-    entries come from the caller (``_chunk_pages``: its page where it lies inside one, else each position's), not
-    from a load here."""
+    entries come from the caller (``page_chunks.chunk_pages``: its page where it lies inside one, else each
+    position's), not from a load here."""
     pos = j * BLOCK_N + offs_n
     if TMA:
         start = j * BLOCK_N
@@ -167,39 +156,6 @@ def _kv_tile(
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = tl.dot(p.to(q.dtype), v.to(q.dtype), acc=acc * alpha[:, None])
     return acc, m_new, l_i
-
-
-@triton.jit
-def _page_chunk(bt_row, c0, kv_end, BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, BT_PAGES: tl.constexpr):
-    """The block-table entries of the pages from tile ``c0``'s on (``BT_PAGES`` of them, those past the context 0):
-    (the first one's index, the entries)."""
-    first = (c0 * BLOCK_N) // PAGE_SIZE
-    idx = first + tl.arange(0, BT_PAGES)
-    return first, tl.load(bt_row + idx, mask=idx * PAGE_SIZE < kv_end, other=0)
-
-
-@triton.jit
-def _chunk_pages(
-    chunk,
-    first,
-    j,
-    BLOCK_N: tl.constexpr,
-    PAGE_SIZE: tl.constexpr,
-    BT_PAGES: tl.constexpr,
-):
-    """Tile ``j``'s entries from a ``_page_chunk``: its page where a tile lies inside one page, else each position's
-    page (tiles of whole pages). No load: the tile's K/V addresses depend on no load of the loop, so the compiler's
-    pipeline prefetches them ``num_stages - 1`` tiles ahead (a block-table load in the loop is an indirection it splits
-    the stages with)."""
-    if PAGE_SIZE % BLOCK_N == 0:
-        rel = (j * BLOCK_N) // PAGE_SIZE - first
-        return tl.sum(tl.where(tl.arange(0, BT_PAGES) == rel, chunk, 0), axis=0)
-    else:  # a select, not tl.gather: gathering these indices hit illegal addresses on an H200 (triton 3.6)
-        PPT: tl.constexpr = BLOCK_N // PAGE_SIZE
-        row = ((j * BLOCK_N) // PAGE_SIZE - first) // PPT
-        rows = tl.reshape(chunk, (BT_PAGES // PPT, PPT))
-        sel = tl.sum(tl.where(tl.arange(0, BT_PAGES // PPT)[:, None] == row, rows, 0), axis=0)
-        return tl.reshape(tl.broadcast_to(sel[:, None], (PPT, PAGE_SIZE)), (BLOCK_N,))
 
 
 @jit_workload_generic
@@ -294,13 +250,13 @@ def _paged_attn_kernel(
     full_stop = tl.minimum(t1, full_end)
     if BT_CHUNK > 0:  # the block table read a chunk of tiles at a time, outside the pipelined loop
         for c0 in range(t0, full_stop, BT_CHUNK):
-            first, chunk = _page_chunk(bt_row, c0, kv_end, BLOCK_N, PAGE_SIZE, BT_PAGES)
+            first, chunk = page_chunk(bt_row, c0, kv_end, BLOCK_N, PAGE_SIZE, BT_PAGES)
             for j in range(c0, tl.minimum(c0 + BT_CHUNK, full_stop)):
                 acc, m_i, l_i = _kv_tile(
                     acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs_n, offs_d, d_ok, k_in_page,
                     v_in_page, stride_kb, stride_kt, stride_vb, stride_vt, scale_log2, desc_k, desc_v,
                     tma_rows_per_block, tma_row0, tma_col, BLOCK_N, PAGE_SIZE, False, BLOCK_D != HEAD_D, TMA,
-                    _chunk_pages(chunk, first, j, BLOCK_N, PAGE_SIZE, BT_PAGES), True,
+                    chunk_pages(chunk, first, j, BLOCK_N, PAGE_SIZE, BT_PAGES), True,
                 )  # fmt: skip
     else:
         for j in range(t0, full_stop):
@@ -395,22 +351,6 @@ def _paged_attn_kernel(
             BLOCK_D,
             WRITE_LSE,
         )
-
-
-def bt_chunk(*, prefill_style: bool, page_size: int, block_n: int, tma: bool, num_stages: int) -> tuple[int, int]:
-    """(tiles, block-table entries) of one ``_page_chunk``, or (0, 1) where the loop reads the table itself. Chunks
-    for prefill-style launches at up to 3 stages of TMA tiles of 64 or more positions (inside a page) and of gathered
-    tiles of 128 or more positions over whole pages: what was measured faster (``BT_CHUNK_TILES``; TMA tiles at one
-    shape only). The entries: those a chunk spans from any first tile, a power of two. 4-stage configs keep the load in
-    the loop: with it out, a 128 x 128 TMA config at 4 stages needed 294944 bytes of shared memory on an H200 (limit
-    232448), where it fits with the load in the loop."""
-    if not prefill_style or BT_CHUNK_TILES <= 0 or num_stages > 3:
-        return 0, 1
-    if (tma and block_n >= 64) or (block_n >= 128 and block_n % page_size == 0):
-        if block_n % page_size == 0:  # tiles of whole pages: exactly their pages
-            return BT_CHUNK_TILES, BT_CHUNK_TILES * block_n // page_size
-        return BT_CHUNK_TILES, next_pow2(-(-BT_CHUNK_TILES * block_n // page_size) + 1)  # TMA tiles from mid-page
-    return 0, 1
 
 
 def _kv_strides(cache: torch.Tensor, kv_layout: str) -> tuple[int, int, int, int]:

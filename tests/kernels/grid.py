@@ -119,7 +119,7 @@ INTERP_CASES: dict[str, Case] = {
         P((1, 1, 1), (1, 37, 100), page_size=32, config=SPLIT3, kv_loads="tma", poison_tail=True)
     ),
     "prefill_gather_poisoned": _t(P((40, 3), (100, 30), poison_tail=True)),
-    # the block table read BT_CHUNK_TILES (16) tiles at a time (triton_attention.bt_chunk), more than 16 tiles a split,
+    # the block table read BT_CHUNK_TILES (16) tiles at a time (page_chunks.bt_chunk), more than 16 tiles a split,
     # splits starting mid-chunk, NaN past each context: gathered 128-position tiles over 8 and 2 pages and over one
     # (fp8 KV, which TMA cannot load), TMA tiles of a page and of half a page (chunks starting mid-page)
     "prefill_bt_chunks_gather_page16": _t(

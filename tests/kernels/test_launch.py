@@ -114,7 +114,7 @@ def test_block_table_chunks_only_where_measured_faster() -> None:
     gathered tiles of 128 positions over whole pages, at up to 3 stages (H200, 2026-11-28: 3-11 % faster; 64-position
     gathered tiles -5.5 to +5.5 %; 4 stages ran out of shared memory); elsewhere the loop reads it. A chunk's entries
     cover its tiles from any first tile: TMA tiles of half a page may start mid-page, so one page more."""
-    from hwtune.kernels.triton_attention import bt_chunk
+    from hwtune.kernels.page_chunks import bt_chunk
 
     def chunk(page, block_n, tma=False, stages=3, prefill=True):  # noqa: ANN001, ANN202
         return bt_chunk(prefill_style=prefill, page_size=page, block_n=block_n, tma=tma, num_stages=stages)
