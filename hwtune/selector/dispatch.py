@@ -128,6 +128,11 @@ def _box(tactics: Mapping[str, Sequence[Point]], phase: str) -> tuple[float, flo
 TIE = 1.05
 
 
+def shared_shapes(tactics: Mapping[str, Sequence[Point]], names: Sequence[str]) -> set[tuple[int, int, int]]:
+    """The (batch, context, query tokens) shapes every one of ``names`` was measured at."""
+    return set.intersection(*({(p.batch, p.context, p.query_len) for p in tactics[t]} for t in names))
+
+
 def robust_tactic(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> str | None:
     """Beyond the measured range: the winner at the nearest measured edge shape (every tactic measured there);
     where tactics tie there (within ``TIE``), the one whose worst ratio to the best is smallest over the measured
@@ -138,7 +143,7 @@ def robust_tactic(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> str |
     edge = (min(max(x, x0), x1), min(max(y, y0), y1))
     if edge == (x, y) or len(tactics) < 2:
         return None
-    shared = set.intersection(*({(p.batch, p.context, p.query_len) for p in pts} for pts in tactics.values()))
+    shared = shared_shapes(tactics, list(tactics))
     dist = {k: math.dist(shape_coords(mp.phase, *k), edge) for k in shared}
     if not dist:
         return None
@@ -163,8 +168,7 @@ def shared_estimates(
     interpolated past it. On an H200 (DeepSeek-V3 TP 8, 64-token pages, 2026-11-28) that put fa2 0.5 % under fa3 at
     the cell of 45 x 11585, though fa3 was faster at every shape both were measured at, and fa2 ran 48 x 12000 at
     2.69x the best."""
-    keys = [{(p.batch, p.context, p.query_len) for p in tactics[t]} for t in tied]
-    shared = set.intersection(*keys)
+    shared = shared_shapes(tactics, tied)
     if len(shared) < 2:
         return None
     on_shared = {t: [p for p in tactics[t] if (p.batch, p.context, p.query_len) in shared] for t in tied}
