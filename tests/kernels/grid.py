@@ -119,13 +119,14 @@ INTERP_CASES: dict[str, Case] = {
         P((1, 1, 1), (1, 37, 100), page_size=32, config=SPLIT3, kv_loads="tma", poison_tail=True)
     ),
     "prefill_gather_poisoned": _t(P((40, 3), (100, 30), poison_tail=True)),
-    # the block table read BT_CHUNK_TILES (16) tiles at a time (page_chunks.bt_chunk), more than 16 tiles a split,
-    # splits starting mid-chunk, NaN past each context: gathered 128-position tiles over 8 and 2 pages and over one
-    # (fp8 KV, which TMA cannot load), TMA tiles of a page and of half a page (chunks starting mid-page)
+    # the block table read BT_CHUNK_TILES (64) gathered tiles or BT_CHUNK_TILES_TMA (32) TMA tiles at a time
+    # (page_chunks.bt_chunk), one and a half chunks a split or so, NaN past each context: gathered 128-position
+    # tiles over 8 and 2 pages and over one (fp8 KV, which TMA cannot load), TMA tiles of a page and of half a page
+    # (chunks starting mid-page)
     "prefill_bt_chunks_gather_page16": _t(
         P(
             (20, 3),
-            (4500, 90),
+            (24000, 90),
             num_heads=2,
             num_kv_heads=1,
             config={"block_n": 128, "block_m": 16, "num_splits": 2},
@@ -135,7 +136,7 @@ INTERP_CASES: dict[str, Case] = {
     "prefill_bt_chunks_gather_page64": _t(
         P(
             (24,),
-            (7000,),
+            (36000,),
             num_heads=2,
             num_kv_heads=1,
             page_size=64,
@@ -146,7 +147,7 @@ INTERP_CASES: dict[str, Case] = {
     "prefill_bt_chunks_gather_page128_fp8": _t(
         P(
             (18,),
-            (2700,),
+            (14000,),
             num_heads=2,
             num_kv_heads=1,
             page_size=128,
@@ -159,7 +160,7 @@ INTERP_CASES: dict[str, Case] = {
     "prefill_bt_chunks_tma_half_page": _t(
         P(
             (17,),
-            (4400,),
+            (10000,),
             num_heads=2,
             num_kv_heads=1,
             page_size=128,
@@ -171,7 +172,7 @@ INTERP_CASES: dict[str, Case] = {
     "prefill_bt_chunks_tma_whole_page": _t(
         P(
             (40, 17),
-            (2500, 600),
+            (6600, 600),
             num_heads=2,
             num_kv_heads=1,
             page_size=64,
@@ -335,6 +336,8 @@ def _gpu_grid() -> dict[str, Case]:
         cases[f"tq_page{page}_fp16"] = _tq(
             P((1, 3), (page + 3, 3000), num_heads=16, num_kv_heads=2, head_size=128, page_size=page, dtype=FP16), 4
         )
+    # the interpreter's block-table chunk cases, compiled: the pipelined loops the interpreter does not build
+    cases |= {name: case for name, case in INTERP_CASES.items() if name.startswith("prefill_bt_chunks")}
     return cases
 
 

@@ -110,19 +110,20 @@ def test_query_io_refuses_what_the_kernels_would_misread(over: dict, match: str)
 
 
 def test_block_table_chunks_only_where_measured_faster() -> None:
-    """Prefill-style launches read the block table in chunks of 16 tiles for TMA tiles of 64 or more positions and for
-    gathered tiles of 128 positions over whole pages, at up to 3 stages (H200, 2026-11-28: 3-11 % faster; 64-position
-    gathered tiles -5.5 to +5.5 %; 4 stages ran out of shared memory); elsewhere the loop reads it. A chunk's entries
-    cover its tiles from any first tile: TMA tiles of half a page may start mid-page, so one page more."""
+    """Prefill-style launches read the block table in chunks of 32 tiles for TMA tiles of 64 or more positions and of
+    64 tiles for gathered tiles of 128 positions over whole pages, at up to 3 stages (H200, 2026-11-28: 7-19 % faster;
+    64-position gathered tiles -5.5 to +5.5 % at 16 tiles; 4 stages ran out of shared memory); elsewhere the loop
+    reads it. A chunk's entries cover its tiles from any first tile: TMA tiles of half a page may start mid-page, so
+    one page more."""
     from hwtune.kernels.page_chunks import bt_chunk
 
     def chunk(page, block_n, tma=False, stages=3, prefill=True):  # noqa: ANN001, ANN202
         return bt_chunk(prefill_style=prefill, page_size=page, block_n=block_n, tma=tma, num_stages=stages)
 
-    assert chunk(16, 128) == (16, 128)  # 8 pages a tile
-    assert chunk(64, 128) == (16, 32)
-    assert chunk(128, 128, tma=True) == (16, 16)
-    assert chunk(128, 64, tma=True) == (16, 16)  # 9 pages spanned at most (tiles from mid-page), a power of two
+    assert chunk(16, 128) == (64, 512)  # 8 pages a tile
+    assert chunk(64, 128) == (64, 128)
+    assert chunk(128, 128, tma=True) == (32, 32)
+    assert chunk(128, 64, tma=True) == (32, 32)  # 17 pages spanned at most (tiles from mid-page), a power of two
     assert chunk(16, 64) == chunk(128, 64) == chunk(48, 128) == (0, 1)  # small tiles, a tile inside a page, 48
     assert chunk(64, 32, tma=True) == (0, 1)  # TMA tiles under 64 positions: not measured
     assert chunk(16, 128, stages=4) == chunk(16, 128, prefill=False) == (0, 1)
