@@ -5,8 +5,10 @@ compares the backends on the same points and only on those every compared backen
 there, or with measured shapes below and above: ``interpolate.bracketed``). A point beyond the measured range of one
 of them is an extrapolation and must not decide between them; it still counts in the cost shown. Where such shared
 points hold less than ``SHARED_FLOOR`` of the mix's weight (backends measured on different grids), every point
-decides. Among the backends within ``TIE`` of the cheapest, the one whose worst point is least behind the best
-backend there wins, since a near-tie in total cost is no reason to accept a large loss on some workloads. The same
+decides. What is compared is the engine's time relative to the fastest compared backend at each point
+(``deciding_cost``): the mix's weights are shares of GPU time. Among the backends within ``TIE`` of the cheapest, the
+one whose worst point is least behind the best backend there wins, since a near-tie in total time is no reason to
+accept a large loss on some workloads. The same
 holds for each phase's winner (``per_phase``). A backend whose probe measures fewer phases than it serves (FLASHMLA's
 decode) is costed and compared on those phases' points alone: it competes for them per phase, and as one backend
 follows the backends whose whole cost is known, unless the engine runs its other phases on a path they all share
@@ -25,7 +27,7 @@ from hwtune.selector.measured import Evidence
 from hwtune.selector.mix import MixPoint
 from hwtune.selector.selection import RankedBackend
 
-#: Costs within this factor of the cheapest are a near-tie, broken by the worst point.
+#: Relative times (``deciding_cost``) within this factor of the cheapest are a near-tie, broken by the worst point.
 TIE = 1.05
 #: Shared bracketed points must hold at least this share of the mix's weight to decide alone.
 SHARED_FLOOR = 0.25
@@ -125,7 +127,7 @@ def decide(costed: Sequence[Costed], mix: Sequence[MixPoint], phase: str | None 
     shared = [i for i in points if all(c.per_point[i][1] for c in costed)]
     weight = sum(mix[i].weight for i in points) or 1.0
     deciding = shared if sum(mix[i].weight for i in shared) >= SHARED_FLOOR * weight else points
-    cost = {c.backend: sum(mix[i].weight * c.per_point[i][0] for i in deciding) for c in costed}
+    cost = deciding_cost(costed, mix, deciding)
     order = sorted(costed, key=lambda c: cost[c.backend])
     cheapest = cost[order[0].backend]
     best_at = {i: min(c.per_point[i][0] for c in costed) for i in deciding}
@@ -136,7 +138,21 @@ def decide(costed: Sequence[Costed], mix: Sequence[MixPoint], phase: str | None 
     partial = _partial_note(costed, mix, in_phase, points)
     aside = "" if partial else _extrapolations_aside(costed, mix, points, cost, order[0].backend)
     note = _note(len(costed), len(points), deciding, shared, winner, order[0], worst, phase, aside)
-    return ranked, "; ".join(filter(None, [partial, note]))
+    shares = "" if aside or phase else _shares_note(costed, cost, winner)
+    return ranked, "; ".join(filter(None, [partial, note, shares]))
+
+
+def deciding_cost(costed: Sequence[Costed], mix: Sequence[MixPoint], deciding: list[int]) -> dict[str, float]:
+    """What ``decide`` minimises: each backend's latency over the fastest compared backend's at every deciding point,
+    weighted by the point's weight, ``sum(w * latency / fastest) / sum(w)``. The mix's weights are shares of GPU time
+    (``mix.py``), so this is the engine's time relative to running the fastest backend at every point (1.0: fastest
+    everywhere). A sum of weight x latency, the rule until 2026-11-28, let the longest shapes outvote the rest though
+    each holds its own share of the time: a 6000-token prefill chunk takes 40 times a 96-token one's latency. Re-scored
+    on 26 regret stores of 12 models it changed the choice on 4, each with a lower p95 and worst regret
+    (benchmarks/experiments/decision_objective.py; docs/tuning.md, the decision)."""
+    fastest = {i: min(c.per_point[i][0] for c in costed) for i in deciding}
+    weight = sum(mix[i].weight for i in deciding) or 1.0
+    return {c.backend: sum(mix[i].weight * c.per_point[i][0] / fastest[i] for i in deciding) / weight for c in costed}
 
 
 def decide_one(costed: Sequence[Costed], mix: Sequence[MixPoint], shared: bool = False) -> tuple[list[str], str]:
@@ -166,15 +182,32 @@ def _partial_note(costed: Sequence[Costed], mix: Sequence[MixPoint], in_phase: l
 def _extrapolations_aside(
     costed: Sequence[Costed], mix: Sequence[MixPoint], points: list[int], cost: dict[str, float], cheapest: str
 ) -> str:
-    """Where the extrapolated points change which backend is cheapest (the costs shown include them): both costs on
-    the deciding points and on every point, so that the ranking does not read as contradicting its own numbers."""
-    shown = {c.backend: sum(mix[i].weight * c.per_point[i][0] for i in points) for c in costed}
-    cheaper = min(shown, key=lambda b: shown[b])
-    if shown[cheaper] >= shown[cheapest]:
+    """Where the extrapolated points change which backend is cheapest (the costs shown include them): both relative
+    times (``deciding_cost``) on the deciding points and on every point, so that the ranking does not read as
+    contradicting its own numbers."""
+    every = deciding_cost(costed, mix, points)
+    cheaper = min(every, key=lambda b: every[b])
+    if every[cheaper] >= every[cheapest]:
         return ""
     return (
-        f"; there {cheapest} costs {cost[cheapest]:.1f} us and {cheaper} {cost[cheaper]:.1f}, with the extrapolations "
-        f"{shown[cheapest]:.1f} and {shown[cheaper]:.1f}"
+        f"; there {cheapest} takes {cost[cheapest]:.3f}x the time of the fastest backend at each point and {cheaper} "
+        f"{cost[cheaper]:.3f}x, with the extrapolations {every[cheapest]:.3f}x and {every[cheaper]:.3f}x"
+    )
+
+
+def _shares_note(costed: Sequence[Costed], cost: dict[str, float], winner: Costed) -> str:
+    """Where a backend with a lower weighted latency (the cost shown) ranks after the winner: why (``deciding_cost``).
+    Only between backends costed over every phase: a partial one's cost is scaled, not comparable."""
+    if any(c.phases for c in costed):
+        return ""
+    lighter = min(costed, key=lambda c: c.cost_us)
+    if lighter is winner or lighter.cost_us >= winner.cost_us:
+        return ""
+    return (
+        f"{winner.backend} ranks ahead of {lighter.backend}, whose weighted latency is lower ({lighter.cost_us:.1f} us "
+        f"against {winner.cost_us:.1f}): the mix's weights are shares of GPU time, and over them {winner.backend} "
+        f"takes {cost[winner.backend]:.3f}x the time of the fastest backend at each point, {lighter.backend} "
+        f"{cost[lighter.backend]:.3f}x (weighted latencies let the longest shapes decide)"
     )
 
 
