@@ -1,11 +1,12 @@
-"""What the re-scoring experiments share (``decision_tie.py``, ``tactic_tie.py``): ``benchmarks/regret.py
---score-only`` run on imported stores under a runner (a Python snippet that patches the selector from its environment,
-then runs regret.py), and its output read back: each policy's geomean / p95 / worst, the chosen backend and the
-per-phase backends.
+"""What the re-scoring experiments share (``decision_tie.py``, ``tactic_tie.py``, ``decision_objective.py``):
+``benchmarks/regret.py --score-only`` run on imported stores under a runner (a Python snippet that patches the selector
+from its environment, then runs regret.py), and its output read back: each policy's geomean / p95 / worst, the chosen
+backend and the per-phase backends.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -44,3 +45,28 @@ def result_pairs(argv: list[str], usage: str) -> Iterator[tuple[str, Path, str, 
     with tempfile.TemporaryDirectory() as tmp:
         for i, (results, model) in enumerate(zip(argv[::2], argv[1::2])):
             yield results, Path(results).resolve(), model, Path(tmp) / str(i)  # a model may come from two folders
+
+
+def import_stores(results: Path, model: str, out: Path) -> tuple[list[str], str]:
+    """Import one model's train and oracle stores under ``out``; (regret.py's model arguments, store name)."""
+    name, tp, *rest = model.split(":")
+    kv = "fp8_e4m3" if "fp8" in rest else "auto"
+    bs = next((r[2:] for r in rest if r.startswith("bs")), None)
+    stem = f"{name}-tp{tp}" + ("-kvfp8_e4m3" if kv != "auto" else "") + (f"-bs{bs}" if bs else "")
+    (out / stem).mkdir(parents=True, exist_ok=True)
+    for k in ("train", "oracle"):
+        db = f"sqlite:///{out / stem / k}.db"
+        subprocess.run([sys.executable, "-m", "hwtune", "db", "import", str(results / f"{stem}_{k}.jsonl"), "--db", db],
+                       check=True, capture_output=True, cwd=ROOT)  # fmt: skip
+    args = ["--model", f"tests/data/models/{name}.json:{tp}", "--kv-cache-dtype", kv]
+    return args + (["--block-size", bs] if bs else []), stem
+
+
+def rescore(argv: list[str], usage: str, runner: str, env_key: str, label: str, variants: tuple[str, ...]) -> None:
+    """Per ``RESULTS_DIR MODEL:TP[:fp8][:bsN]`` pair of ``argv``: its stores imported, then scored under ``runner``
+    with ``env_key`` set to each of ``variants``, one JSON line each (``label``: the variant)."""
+    for results, path, model, out in result_pairs(argv, usage):
+        model_args, stem = import_stores(path, model, out)
+        for variant in variants:
+            row = score_variant(runner, {env_key: variant}, out, model_args)
+            print(json.dumps({"model": stem, "results": results, label: variant, **row}), flush=True)

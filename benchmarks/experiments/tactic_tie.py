@@ -14,14 +14,12 @@ stores are imported into a temporary folder.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rescore_variants import ROOT, result_pairs, score_variant  # noqa: E402
+from rescore_variants import rescore  # noqa: E402
 
 VARIANTS = ("off", "on")
 
@@ -36,27 +34,8 @@ runpy.run_path("benchmarks/regret.py", run_name="__main__")
 """
 
 
-def import_stores(results: Path, model: str, out: Path) -> tuple[list[str], str]:
-    """Import one model's train and oracle stores under ``out``; (regret.py's model arguments, store name)."""
-    name, tp, *rest = model.split(":")
-    kv = "fp8_e4m3" if "fp8" in rest else "auto"
-    bs = next((r[2:] for r in rest if r.startswith("bs")), None)
-    stem = f"{name}-tp{tp}" + ("-kvfp8_e4m3" if kv != "auto" else "") + (f"-bs{bs}" if bs else "")
-    (out / stem).mkdir(parents=True, exist_ok=True)
-    for k in ("train", "oracle"):
-        db = f"sqlite:///{out / stem / k}.db"
-        subprocess.run([sys.executable, "-m", "hwtune", "db", "import", str(results / f"{stem}_{k}.jsonl"), "--db", db],
-                       check=True, capture_output=True, cwd=ROOT)  # fmt: skip
-    args = ["--model", f"tests/data/models/{name}.json:{tp}", "--kv-cache-dtype", kv]
-    return args + (["--block-size", bs] if bs else []), stem
-
-
 def main() -> None:
-    for results, path, model, out in result_pairs(sys.argv[1:], __doc__ or ""):
-        model_args, stem = import_stores(path, model, out)
-        for variant in VARIANTS:
-            row = score_variant(RUNNER, {"TACTIC_TIE": variant}, out, model_args)
-            print(json.dumps({"model": stem, "results": results, "tie_break": variant, **row}), flush=True)
+    rescore(sys.argv[1:], __doc__ or "", RUNNER, "TACTIC_TIE", "tie_break", VARIANTS)
 
 
 if __name__ == "__main__":
