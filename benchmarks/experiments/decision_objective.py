@@ -2,9 +2,10 @@
 as each of: ``latency``, each backend's latency at every deciding point times the point's weight, summed (the
 decision until 2026-11-28); ``time_share``, each backend's latency over the fastest compared backend's at every
 deciding point times the point's weight, summed (the mix's weights are shares of GPU time, so this is the engine's
-time relative to the best backend at every point); ``log_ratio``, the weighted geometric mean of the same ratios (the
-regret the issue scores, under the mix's weights). Prints per store and objective the chosen backend, the per-phase
-backends and both scores against the oracle.
+time relative to the best backend at every point); ``log_ratio``, the weighted geometric mean of the same ratios, whose
+order is that of the weighted geometric mean of the latencies (the typical latency, shipped since 2026-11-28: no third
+backend changes two backends' order, as the fastest one does for ``time_share``). Prints per store and objective the
+chosen backend, the per-phase backends and both scores against the oracle.
 
     python benchmarks/experiments/decision_objective.py [--objectives latency,time_share]
         RESULTS_DIR MODEL:TP[:fp8][:bsN]
@@ -38,12 +39,9 @@ if objective == "latency":  # the rule until 2026-11-28
     d.deciding_cost = lambda costed, mix, deciding: {
         c.backend: sum(mix[i].weight * c.per_point[i][0] for i in deciding) for c in costed
     }
-elif objective == "log_ratio":  # exp of the weighted mean log: a geometric mean, a ratio like time_share's
-    d.deciding_cost = lambda costed, mix, deciding: {
-        b: math.exp(v / (sum(mix[i].weight for i in deciding) or 1.0))
-        for b, v in ratios(costed, mix, deciding, math.log).items()
-    }
-elif objective != "time_share":  # time_share: decision.deciding_cost as shipped since 2026-11-28
+elif objective == "time_share":
+    d.deciding_cost = lambda costed, mix, deciding: ratios(costed, mix, deciding, lambda r: r)
+elif objective != "log_ratio":  # log_ratio: decision.deciding_cost as shipped since 2026-11-28 (a typical latency)
     sys.exit(f"unknown objective {objective!r}")
 sys.argv = ["regret.py", *sys.argv[1:]]
 runpy.run_path("benchmarks/regret.py", run_name="__main__")

@@ -27,5 +27,5 @@ def over_block_sizes(select_one: Callable[[AttentionSpec], Selection], spec: Att
     if found is None:
         return select_one(spec)
     size, best, compared = found
-    note = f"no block size given: block size {size} chosen by measured cost over the mix ({compared})"
+    note = f"no block size given: block size {size} chosen by measured typical latency over the mix ({compared})"
     return replace(best, notes=(note, *best.notes))

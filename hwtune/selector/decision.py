@@ -5,10 +5,10 @@ compares the backends on the same points and only on those every compared backen
 there, or with measured shapes below and above: ``interpolate.bracketed``). A point beyond the measured range of one
 of them is an extrapolation and must not decide between them; it still counts in the cost shown. Where such shared
 points hold less than ``SHARED_FLOOR`` of the mix's weight (backends measured on different grids), every point
-decides. What is compared is the engine's time relative to the fastest compared backend at each point
-(``deciding_cost``): the mix's weights are shares of GPU time. Among the backends within ``TIE`` of the cheapest, the
-one whose worst point is least behind the best backend there wins, since a near-tie in total time is no reason to
-accept a large loss on some workloads. The same
+decides. What is compared is each backend's typical latency over those points, their geometric mean weighted by the
+mix's weights, which are shares of GPU time (``deciding_cost``). Among the backends within ``TIE`` of the cheapest,
+the one whose worst point is least behind the best backend there wins, since a near-tie is no reason to accept a large
+loss on some workloads. The same
 holds for each phase's winner (``per_phase``). A backend whose probe measures fewer phases than it serves (FLASHMLA's
 decode) is costed and compared on those phases' points alone: it competes for them per phase, and as one backend
 follows the backends whose whole cost is known, unless the engine runs its other phases on a path they all share
@@ -27,7 +27,7 @@ from hwtune.selector.measured import Evidence
 from hwtune.selector.mix import MixPoint
 from hwtune.selector.selection import RankedBackend
 
-#: Relative times (``deciding_cost``) within this factor of the cheapest are a near-tie, broken by the worst point.
+#: Typical latencies (``deciding_cost``) within this factor of the cheapest are a near-tie, broken by the worst point.
 TIE = 1.05
 #: Shared bracketed points must hold at least this share of the mix's weight to decide alone.
 SHARED_FLOOR = 0.25
@@ -36,9 +36,10 @@ SHARED_FLOOR = 0.25
 @dataclass
 class Costed:
     """A backend's estimated cost over the workload mix: weighted latency, whether every point was measured exactly,
-    the weight-averaged confidence, its main tactic and cost per phase, and per mix point (latency, bracketed). A
-    backend measured in fewer phases than it serves (``phases``) is costed over those phases' points only; at the
-    others its latency is NaN and it is never compared there."""
+    the weight-averaged confidence, its main tactic and cost per phase, per mix point (latency, bracketed), and its
+    typical latency (``deciding_cost`` over every point it was costed at: what decisions compare). A backend measured
+    in fewer phases than it serves (``phases``) is costed over those phases' points only; at the others its latency is
+    NaN and it is never compared there."""
 
     backend: str
     cost_us: float  # weighted latency over the mix (over ``phases``' points where given, scaled to the mix's weight)
@@ -48,6 +49,7 @@ class Costed:
     phase_cost: dict[str, float]
     per_point: tuple[tuple[float, bool], ...] = ()
     phases: frozenset[str] | None = None  # the phases costed, where fewer than the mix's; None: every phase
+    typical_us: float = math.nan  # the weighted geometric mean of the latencies over the points costed
 
     def covers(self, mp: MixPoint) -> bool:
         """Whether the backend was costed at ``mp`` (its phase is one it was measured in)."""
@@ -114,7 +116,8 @@ def cost_with(
     if partial:  # scaled to the mix's whole weight: the size of a whole cost, never compared with one
         total *= sum(mp.weight for mp in mix) / wsum
     costed = frozenset(phase_cost) if partial else None
-    return Costed(backend, total, exact, conf_w / wsum, main, dict(phase_cost), tuple(per_point), costed)
+    typical = _typical(mix, [(i, lat) for i, (lat, _) in enumerate(per_point) if measured[i]])
+    return Costed(backend, total, exact, conf_w / wsum, main, dict(phase_cost), tuple(per_point), costed, typical)
 
 
 def decide(costed: Sequence[Costed], mix: Sequence[MixPoint], phase: str | None = None) -> tuple[list[str], str]:
@@ -143,16 +146,23 @@ def decide(costed: Sequence[Costed], mix: Sequence[MixPoint], phase: str | None 
 
 
 def deciding_cost(costed: Sequence[Costed], mix: Sequence[MixPoint], deciding: list[int]) -> dict[str, float]:
-    """What ``decide`` minimises: each backend's latency over the fastest compared backend's at every deciding point,
-    weighted by the point's weight, ``sum(w * latency / fastest) / sum(w)``. The mix's weights are shares of GPU time
-    (``mix.py``), so this is the engine's time relative to running the fastest backend at every point (1.0: fastest
-    everywhere). A sum of weight x latency, the rule until 2026-11-28, let the longest shapes outvote the rest though
-    each holds its own share of the time: a 6000-token prefill chunk takes 40 times a 96-token one's latency. Re-scored
-    on 26 regret stores of 12 models it changed the choice on 4, each with a lower p95 and worst regret
+    """What ``decide`` minimises: each backend's typical latency over the deciding points, the geometric mean of its
+    latencies weighted by the points' weights, ``exp(sum(w * log(latency)) / sum(w))``. The mix's weights are shares
+    of GPU time, so each point counts by its share, whatever its latency: a sum of weight x latency, the rule until
+    2026-11-28, let the longest shapes outvote the rest (a 6000-token prefill chunk takes 20-40 times a 96-token
+    one's latency). Between two backends the ratio of their typical latencies is the weighted geometric mean of their
+    latency ratios, point by point, so no third backend changes their order. Re-scored on 26 regret stores of 12
+    models it changed the choice on 4, each to a lower p95 and worst regret
     (benchmarks/experiments/decision_objective.py; docs/tuning.md, the decision)."""
-    fastest = {i: min(c.per_point[i][0] for c in costed) for i in deciding}
-    weight = sum(mix[i].weight for i in deciding) or 1.0
-    return {c.backend: sum(mix[i].weight * c.per_point[i][0] / fastest[i] for i in deciding) / weight for c in costed}
+    return {c.backend: _typical(mix, [(i, c.per_point[i][0]) for i in deciding]) for c in costed}
+
+
+def _typical(mix: Sequence[MixPoint], latencies: Sequence[tuple[int, float]]) -> float:
+    """The weighted geometric mean of (mix point index, latency) pairs; NaN for none."""
+    weight = sum(mix[i].weight for i, _ in latencies)
+    if not latencies or weight <= 0:
+        return math.nan
+    return math.exp(sum(mix[i].weight * math.log(max(lat, 1e-9)) for i, lat in latencies) / weight)
 
 
 def decide_one(costed: Sequence[Costed], mix: Sequence[MixPoint], shared: bool = False) -> tuple[list[str], str]:
@@ -182,32 +192,32 @@ def _partial_note(costed: Sequence[Costed], mix: Sequence[MixPoint], in_phase: l
 def _extrapolations_aside(
     costed: Sequence[Costed], mix: Sequence[MixPoint], points: list[int], cost: dict[str, float], cheapest: str
 ) -> str:
-    """Where the extrapolated points change which backend is cheapest (the costs shown include them): both relative
-    times (``deciding_cost``) on the deciding points and on every point, so that the ranking does not read as
+    """Where the extrapolated points change which backend is cheapest (the costs shown include them): both typical
+    latencies (``deciding_cost``) on the deciding points and on every point, so that the ranking does not read as
     contradicting its own numbers."""
     every = deciding_cost(costed, mix, points)
     cheaper = min(every, key=lambda b: every[b])
     if every[cheaper] >= every[cheapest]:
         return ""
     return (
-        f"; there {cheapest} takes {cost[cheapest]:.3f}x the time of the fastest backend at each point and {cheaper} "
-        f"{cost[cheaper]:.3f}x, with the extrapolations {every[cheapest]:.3f}x and {every[cheaper]:.3f}x"
+        f"; there {cheapest}'s typical latency is {cost[cheapest]:.1f} us and {cheaper}'s {cost[cheaper]:.1f}, with "
+        f"the extrapolations {every[cheapest]:.1f} and {every[cheaper]:.1f}"
     )
 
 
 def _shares_note(costed: Sequence[Costed], cost: dict[str, float], winner: Costed) -> str:
-    """Where a backend with a lower weighted latency (the cost shown) ranks after the winner: why (``deciding_cost``).
-    Only between backends costed over every phase: a partial one's cost is scaled, not comparable."""
+    """Where a backend with a lower weighted latency (the cost shown) and a higher typical latency ranks after the
+    winner: why (``deciding_cost``). Only between backends costed over every phase: a partial one's cost is scaled."""
     if any(c.phases for c in costed):
         return ""
     lighter = min(costed, key=lambda c: c.cost_us)
-    if lighter is winner or lighter.cost_us >= winner.cost_us:
+    if lighter is winner or lighter.cost_us >= winner.cost_us or cost[lighter.backend] <= cost[winner.backend]:
         return ""
     return (
         f"{winner.backend} ranks ahead of {lighter.backend}, whose weighted latency is lower ({lighter.cost_us:.1f} us "
-        f"against {winner.cost_us:.1f}): the mix's weights are shares of GPU time, and over them {winner.backend} "
-        f"takes {cost[winner.backend]:.3f}x the time of the fastest backend at each point, {lighter.backend} "
-        f"{cost[lighter.backend]:.3f}x (weighted latencies let the longest shapes decide)"
+        f"against {winner.cost_us:.1f}): the mix's weights are shares of GPU time, and {winner.backend}'s typical "
+        f"latency over them (the geometric mean, weighted by share) is {cost[winner.backend]:.1f} us, "
+        f"{lighter.backend}'s {cost[lighter.backend]:.1f} (weighted latencies let the longest shapes decide)"
     )
 
 
@@ -255,6 +265,7 @@ def rank(
             source="measured" if c.exact else "interpolated",
             tactics={**next(r.tactics for r in static if r.backend == c.backend), **c.tactics},
             latency_us=c.cost_us,
+            typical_us=c.typical_us,
             confidence=round(c.confidence, 3),
             detail="; ".join([_costed_over(c, mix), *ev.caveats.get(c.backend, [])]),
             measured_phases=tuple(sorted(c.phases or ())),

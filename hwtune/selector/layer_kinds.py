@@ -13,6 +13,7 @@ such a model (``tuner.plan_model.plan_from_model``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -91,12 +92,19 @@ def _combined(
         source = "measured" if one.exact else "interpolated"
         tactics = {**main.tactics, **one.tactics}
         conf = round(one.confidence, 3)
-        return replace(main, source=source, tactics=tactics, latency_us=one.cost_us, confidence=conf, detail=detail)
+        return replace(
+            main, source=source, tactics=tactics, latency_us=one.cost_us, typical_us=one.typical_us, confidence=conf,
+            detail=detail,
+        )  # fmt: skip
     cost = sum(n * c for (_, n, _), c in zip(entries, costs)) / total  # type: ignore[operator]
+    typicals = [e.typical_us for e, _, _ in entries]  # the geometric mean's layer-weighted: a geometric mean again
+    typical = None
+    if None not in typicals:
+        typical = math.exp(sum(n * math.log(t) for (_, n, _), t in zip(entries, typicals)) / total)  # type: ignore[arg-type]
     source = "measured" if all(e.source == "measured" for e, _, _ in entries) else "interpolated"
     confidence = min((e.confidence for e, _, _ in entries if e.confidence is not None), default=None)
     detail = f"per layer ({per_kind})" + (f"; {main.detail}" if main.detail else "")
-    return replace(main, source=source, latency_us=cost, confidence=confidence, detail=detail)
+    return replace(main, source=source, latency_us=cost, typical_us=typical, confidence=confidence, detail=detail)
 
 
 def _order(
@@ -105,7 +113,8 @@ def _order(
     """Measured backends first, then the others in the first kind's order. Costed over every layer (``decided``: the
     joint decision's order), in that order: the decision's rules over every layer (near-ties broken by the worst
     point, extrapolations not deciding). Otherwise, with one kind measured, its own order stands; with several, by
-    combined cost, a backend within ``TIE`` of the cheapest that the most-weighted measured kind ranks first winning."""
+    combined typical latency (``RankedBackend.typical_us``), a backend within ``TIE`` of the cheapest that the
+    most-weighted measured kind ranks first winning."""
     costed = [e for e in entries if e.latency_us is not None]
     rest = [e for e in entries if e.latency_us is None]
     if decided:
@@ -114,10 +123,14 @@ def _order(
     if len(measured_parts) == 1:
         own = [r.backend for r in measured_parts[0][0].ranked]
         return sorted(costed, key=lambda e: own.index(e.backend)) + rest
-    costed.sort(key=lambda e: e.latency_us or 0.0)
+
+    def typical(e: RankedBackend) -> float:
+        return e.typical_us if e.typical_us is not None else (e.latency_us or 0.0)
+
+    costed.sort(key=typical)
     if costed:
         heaviest = max(measured_parts, key=lambda p: p[1])[0]
-        near = {e.backend for e in costed if (e.latency_us or 0.0) <= TIE * (costed[0].latency_us or 0.0)}
+        near = {e.backend for e in costed if typical(e) <= TIE * typical(costed[0])}
         first = next((r.backend for r in heaviest.ranked if r.backend in near), costed[0].backend)
         costed.sort(key=lambda e: e.backend != first)  # stable: the rest keep their cost order
     return costed + rest

@@ -25,12 +25,13 @@ def _chosen(selection: Selection) -> RankedBackend | None:
 
 
 def measured_cost(selection: Selection) -> float | None:
-    """The chosen backend's measured cost over the mix, or None when it was not measured (the phases it covers, where
-    fewer than the mix's: ``RankedBackend.measured_phases``)."""
+    """The chosen backend's measured cost over the mix, its typical latency (``RankedBackend.typical_us``, what the
+    decision between backends compares; its weighted latency where it has none), or None when it was not measured (the
+    phases it covers, where fewer than the mix's: ``RankedBackend.measured_phases``)."""
     chosen = _chosen(selection)
     if chosen is None or chosen.source == "static" or chosen.latency_us is None:
         return None
-    return chosen.latency_us
+    return chosen.typical_us if chosen.typical_us is not None else chosen.latency_us
 
 
 def measured_cheapest(
@@ -71,5 +72,5 @@ def over_layouts(select_one: Callable[[AttentionSpec], Selection], spec: Attenti
     if found is None:
         return select_one(spec)
     layout, best, compared = found
-    note = f"KV layout {layout} chosen for kv_layout=auto by measured cost over the mix ({compared})"
+    note = f"KV layout {layout} chosen for kv_layout=auto by measured typical latency over the mix ({compared})"
     return replace(best, notes=(note, *best.notes))

@@ -29,6 +29,10 @@ class RankedBackend:
     #: The phases ``latency_us`` covers where fewer than the mix's (a backend measured in those alone, such as
     #: FLASHMLA's decode); empty: every phase.
     measured_phases: tuple[str, ...] = ()
+    #: The typical latency over the mix: the geometric mean of the latencies, weighted by the points' shares of GPU
+    #: time (``decision.deciding_cost``), what decisions between backends, KV layouts and block sizes compare;
+    #: ``latency_us`` is the weighted mean.
+    typical_us: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -39,6 +43,8 @@ class RankedBackend:
             "confidence": self.confidence,
             "detail": self.detail,
         }
+        if self.typical_us is not None:
+            out["typical_us"] = self.typical_us
         return {**out, "measured_phases": list(self.measured_phases)} if self.measured_phases else out
 
 

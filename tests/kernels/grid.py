@@ -2,7 +2,9 @@
 
 Each entry maps a case name to a function ``device -> Checks`` (see cases.py). Interpreter shapes are tiny
 (a few pages, explicit configs that force split-KV, several query tiles and the binary search) because the
-interpreter runs every program in Python; GPU shapes cover the catalogue's declared grid at real sizes.
+interpreter runs every program in Python, but for the block-table chunk cases (10000-36000 tokens of one KV head, so
+that a split holds more than one chunk of 32 or 64 tiles); GPU shapes cover the catalogue's declared grid at real
+sizes.
 """
 
 from __future__ import annotations

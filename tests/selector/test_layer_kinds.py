@@ -330,7 +330,7 @@ def test_the_ranking_over_every_layer_follows_the_decision_rules(tmp_path) -> No
     """Both kinds measured prefill at two shapes only, where FLASH_ATTN is 5x faster; decode, measured over the mix
     and 85 % of its time, FLASHINFER wins. The prefill points beyond the measurements are extrapolations, which do not
     decide: each kind alone picks FLASHINFER, and so does the ranking over every layer (it once ranked by every point's
-    cost and picked FLASH_ATTN), whose note says so with both relative times, once and not per kind."""
+    cost and picked FLASH_ATTN), whose note says so with both typical latencies, once and not per kind."""
     url = f"sqlite:///{tmp_path / 'r.db'}"
     with Store.open(url) as s:
         s.write(crossover_records([(q, q + p) for q in (2048,) for p in (0, 8192)]))
@@ -341,8 +341,8 @@ def test_the_ranking_over_every_layer_follows_the_decision_rules(tmp_path) -> No
     assert both.backend == "FLASHINFER" and [a.backend for a in alone] == ["FLASHINFER", "FLASHINFER"]
     decided = [n for n in both.notes if "decided over" in n]
     assert len(decided) == 1 and decided[0].startswith("decided over the 22 of 28 mix points")
-    # every point's relative time would pick FLASH_ATTN: the note gives both, on the deciding points and on every one
-    assert "there FLASHINFER takes" in decided[0] and "with the extrapolations" in decided[0]
+    # every point's typical latency would pick FLASH_ATTN: the note gives both, on the deciding points and on every one
+    assert "there FLASHINFER's typical latency is" in decided[0] and "with the extrapolations" in decided[0]
     _cached.cache_clear()
 
 
