@@ -89,3 +89,30 @@ def test_a_tactic_that_cannot_serve_the_requested_layout_is_rejected_with_the_la
     assert why.code == "kv_layout" and "HND KV layout (supports NHD)" in why.message
     nhd = dataclasses.replace(AUTO, kv_layout="NHD")
     assert not check_tactic(fi, fi.tactic("cudnn"), nhd, simulated("h100"), assume_installed=True)
+
+
+def test_auto_compares_layouts_as_the_decision_compares_backends(tmp_path) -> None:
+    """In NHD, FLASHINFER decodes 1.4x faster and prefills 1.15x slower than FLASH_ATTN; in HND, FLASH_ATTN is the
+    same and FLASHINFER 2x slower. Decode holds 60 % of the GPU time, so NHD's decision picks FLASHINFER by typical
+    latency though FLASH_ATTN's weighted latency is lower (the long prefills weigh most there); ``auto`` must not
+    bring that FLASH_ATTN back through the HND layout, as it did when layouts were compared by weighted latency."""
+    factor = {"NHD": {"FLASHINFER": (1.0, 1.15), "FLASH_ATTN": (1.4, 1.0)}, "HND": {"FLASHINFER": (2.0, 2.3)}}
+    factor["HND"]["FLASH_ATTN"] = factor["NHD"]["FLASH_ATTN"]
+    out = []
+    for lay, per_backend in factor.items():
+        spec = dataclasses.replace(AUTO, kv_layout=lay)
+        shapes = [AttentionWorkload(spec, "decode", b, c) for b in (1, 16, 256) for c in (512, 8192, 32768)]
+        shapes += [AttentionWorkload(spec, "prefill", 1, p + 2048, query_len=2048) for p in (0, 8192)]
+        for w in shapes:
+            for backend, (dec, pre) in per_backend.items():
+                out.append(rec(w, backend, TACTIC[backend], 10.0 * dec if w.phase == "decode" else 1000.0 * pre))
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    with Store.open(url) as s:
+        s.write(out)
+    nhd = select(url, "NHD")
+    fi, fa = (next(r for r in nhd.ranked if r.backend == b) for b in ("FLASHINFER", "FLASH_ATTN"))
+    assert nhd.backend == "FLASHINFER" and fa.latency_us < fi.latency_us and fi.typical_us < fa.typical_us
+    auto = select(url, "auto")
+    assert (auto.backend, auto.kv_layout) == ("FLASHINFER", "NHD")
+    assert any("chosen for kv_layout=auto by measured typical latency" in n for n in auto.notes)
+    _cached.cache_clear()
