@@ -158,11 +158,14 @@ def deciding_cost(costed: Sequence[Costed], mix: Sequence[MixPoint], deciding: l
 
 
 def _typical(mix: Sequence[MixPoint], latencies: Sequence[tuple[int, float]]) -> float:
-    """The weighted geometric mean of (mix point index, latency) pairs; NaN for none."""
-    weight = sum(mix[i].weight for i, _ in latencies)
-    if not latencies or weight <= 0:
+    """The weighted geometric mean of (mix point index, latency) pairs (unweighted where every weight is 0: a weights
+    file may leave a phase out); NaN for none."""
+    if not latencies:
         return math.nan
-    return math.exp(sum(mix[i].weight * math.log(max(lat, 1e-9)) for i, lat in latencies) / weight)
+    weights = [mix[i].weight for i, _ in latencies]
+    if sum(weights) <= 0:
+        weights = [1.0] * len(latencies)
+    return math.exp(sum(w * math.log(max(lat, 1e-9)) for w, (_, lat) in zip(weights, latencies)) / sum(weights))
 
 
 def decide_one(costed: Sequence[Costed], mix: Sequence[MixPoint], shared: bool = False) -> tuple[list[str], str]:

@@ -78,14 +78,14 @@ def _combined(
     main = max(entries, key=lambda t: t[1])[0]
     costs = [e.latency_us for e, _, _ in entries]
     if any(e.source == "static" or c is None for (e, _, _), c in zip(entries, costs)):
-        return replace(main, source="static", latency_us=None, confidence=None)
+        return replace(main, source="static", latency_us=None, typical_us=None, confidence=None)
     per_kind = ", ".join(f"{name} {n} x ~{c:.1f} us" for (_, n, name), c in zip(entries, costs))
     if joint is not None:
         if one is None:
             detail = (
                 f"no tactic measured on every kind of layer in some phase: not costed over every layer ({per_kind})"
             )
-            return replace(main, source="static", latency_us=None, confidence=None, detail=detail)
+            return replace(main, source="static", latency_us=None, typical_us=None, confidence=None, detail=detail)
         detail = f"one tactic per shape over every layer; each kind's own best: {per_kind}" + (
             f"; {main.detail}" if main.detail else ""
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Mapping
 
@@ -43,7 +44,7 @@ class RankedBackend:
             "confidence": self.confidence,
             "detail": self.detail,
         }
-        if self.typical_us is not None:
+        if self.typical_us is not None and math.isfinite(self.typical_us):
             out["typical_us"] = self.typical_us
         return {**out, "measured_phases": list(self.measured_phases)} if self.measured_phases else out
 

@@ -112,3 +112,21 @@ def test_costs_are_set_side_by_side_only_where_the_extrapolations_change_the_che
     order, note = decide(costs, mix)
     assert order == ["B", "A"] and "9 of 10 mix points" in note and "B is at worst" in note
     assert "with the extrapolations" not in note and "ranks ahead" not in note
+
+
+def test_a_phase_a_weights_file_leaves_out_is_still_decided() -> None:
+    """A weights file may give a phase weight 0: its per-phase winner comes from the plain geometric mean of its
+    points' latencies (once the typical latency was NaN there and the decision failed)."""
+    pre = [Point(1, c, q, lat, 1) for q, c, lat in ((512, 512, 50.0), (512, 8192, 200.0))]
+    ev = Evidence(
+        points={
+            ("A", "t", "decode"): decode(lambda b, c: 10.0),
+            ("B", "t", "decode"): decode(lambda b, c: 12.0),
+            ("A", "t", "prefill"): pre,
+            ("B", "t", "prefill"): [Point(p.batch, p.context, p.query_len, p.latency_us / 2, 1) for p in pre],
+        }
+    )
+    mix = [MixPoint("decode", bb, c, 1.0) for bb, c in GRID]
+    mix += [MixPoint("prefill", 1, c, 0.0, q) for q, c in ((512, 512), (512, 8192))]
+    ranked, per_phase, _ = rank(static("A", "B"), ev, mix)
+    assert per_phase == {"decode": "A", "prefill": "B"} and ranked[0].backend == "A"

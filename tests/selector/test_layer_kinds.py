@@ -73,8 +73,11 @@ def _sel(ranked, rejected=None, per_phase=None):
     from hwtune.core.devices import simulated
     from hwtune.selector.selection import RankedBackend, Selection
 
-    entries = tuple(
-        RankedBackend(b, "static" if c is None else "measured", {"decode": "t"}, latency_us=c) for b, c in ranked
+    entries = tuple(  # (backend, latency[, typical latency])
+        RankedBackend(
+            b, "static" if c is None else "measured", {"decode": "t"}, latency_us=c, typical_us=t[0] if t else None
+        )
+        for b, c, *t in ranked
     )
     return Selection(
         kind="attention",
@@ -128,6 +131,27 @@ def test_a_single_measured_kinds_own_order_stands_and_near_ties_follow_the_heavi
     assert [r.backend for r in both.ranked] == ["A", "B"] and both.unmeasured_layers == ()
     far = _sel([("B", 10.0), ("A", 30.0)])  # not a near-tie: cost decides
     assert combine([(windowed, 10, "windowed"), (far, 26, "full-attention")]).backend == "B"
+
+
+def test_kinds_combined_without_a_joint_cost_rank_by_typical_latency() -> None:
+    """B's weighted latency is the lower on both kinds (and each kind's own order puts B first), A's typical latency
+    (what the decision compares) the lower, by more than the near-tie: A ranks first, with the kinds' typical latencies
+    combined by layer count; an entry static over every layer carries none."""
+    from hwtune.selector.layer_kinds import combine
+
+    windowed = _sel([("B", 8.0, 9.0), ("A", 10.0, 5.0)])  # each kind's own order puts B first
+    full = _sel([("B", 16.0, 18.0), ("A", 20.0, 10.0)])
+    sel = combine([(windowed, 18, "windowed"), (full, 18, "full-attention")])
+    a, b = sel.ranked[:2]
+    assert (a.backend, b.backend) == ("A", "B") and b.latency_us < a.latency_us
+    assert a.typical_us == pytest.approx((5.0 * 10.0) ** 0.5) and b.typical_us == pytest.approx((9.0 * 18.0) ** 0.5)
+    # C measured on the windowed layers only: static over every layer, with no typical latency left from one kind
+    windowed_c = _sel([("A", 10.0, 5.0), ("B", 8.0, 9.0), ("C", 4.0, 3.0)])
+    full_c = _sel([("A", 20.0, 10.0), ("B", 16.0, 18.0), ("C", None)])
+    c = next(
+        r for r in combine([(windowed_c, 18, "windowed"), (full_c, 10, "full-attention")]).ranked if r.backend == "C"
+    )
+    assert c.source == "static" and c.typical_us is None and "typical_us" not in c.to_dict()
 
 
 def test_layouts_compare_costs_over_every_layer_kind_before_partial_ones() -> None:
