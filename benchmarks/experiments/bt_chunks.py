@@ -17,7 +17,8 @@ Each line: the config, ``us`` (median per chunk size, by tiles) and ``identical`
 the load in the loop, so both columns of those rows measure the same launch. The second
 (bt_chunk_sizes_h200_2026-11-28.jsonl) compared 0, 16, 32 and 64 tiles (label ``main``), and 0, 16 and 32 with the
 outer loop flattened into the inner (label ``flatten``: ``bt_flatten_h200_2026-11-28.patch`` beside it applied, no
-effect); a second machine compared 16, 64 and 128 (label ``main_run2``).
+effect); a second machine compared 16, 64 and 128 (label ``main_run2``); a third 0, 16 and 64 with the rule widened
+to 64-position gathered tiles (label ``n64_chunks``: ``bt_chunks_n64_h200_2026-11-29.patch`` applied, 2026-11-29).
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ from hwtune.kernels.configs import next_pow2
 #: models); 128 tiles took longer than 64 at seven of the eight. Fewer chunks mean fewer restarts of the loop's
 #: pipeline, but that is not the whole cause: 96 tokens on 30000 cached (15 splits of at most 16 tiles, one chunk each
 #: at every size) gained 5.4 % at 16, 10.7 % at 32 and 13.1 % at 64. 64-position gathered tiles gained nothing at 16
-#: (-5.5 to +5.5 %, bt_chunks_h200_2026-11-28.jsonl) and keep the load in the loop (docs/kernels.md "The block table
-#: read in chunks").
+#: (-5.5 to +5.5 %, bt_chunks_h200_2026-11-28.jsonl) nor at 64 (-7.8 to +6.6 %, slower at five of eight shapes; label
+#: n64_chunks) and keep the load in the loop (docs/kernels.md "The block table read in chunks").
 BT_CHUNK_TILES = 64
 #: The same for TMA tiles: on 128-token pages, 128- and 64-position tiles took 11.2 and 14.6 % less time at 32 tiles a
 #: chunk, 9.7 and 14.5 % at 64 (one shape, bt_chunk_sizes_h200_2026-11-28.jsonl).
