@@ -8,11 +8,10 @@ points hold less than ``SHARED_FLOOR`` of the mix's weight (backends measured on
 decides. What is compared is each backend's typical latency over those points, their geometric mean weighted by the
 mix's weights, which are shares of GPU time (``deciding_cost``). Among the backends within ``TIE`` of the cheapest,
 the one whose worst point is least behind the best backend there wins, since a near-tie is no reason to accept a large
-loss on some workloads. The same
-holds for each phase's winner (``per_phase``). A backend whose probe measures fewer phases than it serves (FLASHMLA's
-decode) is costed and compared on those phases' points alone: it competes for them per phase, and as one backend
-follows the backends whose whole cost is known, unless the engine runs its other phases on a path they all share
-(``decide_one``).
+loss on some workloads. The same holds for each phase's winner (``per_phase``). A backend whose probe measures fewer
+phases than it serves (FLASHMLA's decode) is costed and compared on those phases' points alone: it competes for them
+per phase, and as one backend follows the backends whose whole cost is known, unless the engine runs its other phases
+on a path they all share (``decide_one``).
 """
 
 from __future__ import annotations
