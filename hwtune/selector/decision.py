@@ -157,14 +157,17 @@ def deciding_cost(costed: Sequence[Costed], mix: Sequence[MixPoint], deciding: l
 
 
 def _typical(mix: Sequence[MixPoint], latencies: Sequence[tuple[int, float]]) -> float:
-    """The weighted geometric mean of (mix point index, latency) pairs (unweighted where every weight is 0: a weights
-    file may leave a phase out); NaN for none."""
-    if not latencies:
+    """The geometric mean of (mix point index, latency) pairs weighted by the points' weights."""
+    return geometric_mean([(mix[i].weight, lat) for i, lat in latencies])
+
+
+def geometric_mean(weighted: Sequence[tuple[float, float]]) -> float:
+    """The weighted geometric mean of (weight, latency) pairs (unweighted where every weight is 0: a weights file may
+    leave a phase out); NaN for none."""
+    if not weighted:
         return math.nan
-    weights = [mix[i].weight for i, _ in latencies]
-    if sum(weights) <= 0:
-        weights = [1.0] * len(latencies)
-    return math.exp(sum(w * math.log(max(lat, 1e-9)) for w, (_, lat) in zip(weights, latencies)) / sum(weights))
+    weights = [w for w, _ in weighted] if sum(w for w, _ in weighted) > 0 else [1.0] * len(weighted)
+    return math.exp(sum(w * math.log(max(lat, 1e-9)) for w, (_, lat) in zip(weights, weighted)) / sum(weights))
 
 
 def decide_one(costed: Sequence[Costed], mix: Sequence[MixPoint], shared: bool = False) -> tuple[list[str], str]:

@@ -13,14 +13,22 @@ such a model (``tuner.plan_model.plan_from_model``).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
 from hwtune.core.errors import InvalidSpecError, NoValidBackendError
 from hwtune.core.types import AttentionSpec
 from hwtune.selector import dispatch
-from hwtune.selector.decision import TIE, Costed, Estimate, cost_with, decide_one, per_phase_winners, point_estimate
+from hwtune.selector.decision import (
+    TIE,
+    Costed,
+    Estimate,
+    cost_with,
+    decide_one,
+    geometric_mean,
+    per_phase_winners,
+    point_estimate,
+)
 from hwtune.selector.dispatch import dispatch_table, robust_tactic, table_with
 from hwtune.selector.measured import Evidence, Point
 from hwtune.selector.mix import MixPoint
@@ -97,10 +105,8 @@ def _combined(
             detail=detail,
         )  # fmt: skip
     cost = sum(n * c for (_, n, _), c in zip(entries, costs)) / total  # type: ignore[operator]
-    typicals = [e.typical_us for e, _, _ in entries]  # the geometric mean's layer-weighted: a geometric mean again
-    typical = None
-    if None not in typicals:
-        typical = math.exp(sum(n * math.log(t) for (_, n, _), t in zip(entries, typicals)) / total)  # type: ignore[arg-type]
+    typicals = [(n, e.typical_us) for e, n, _ in entries]  # geometric means layer-weighted: a geometric mean again
+    typical = None if any(t is None for _, t in typicals) else geometric_mean(typicals)  # type: ignore[arg-type]
     source = "measured" if all(e.source == "measured" for e, _, _ in entries) else "interpolated"
     confidence = min((e.confidence for e, _, _ in entries if e.confidence is not None), default=None)
     detail = f"per layer ({per_kind})" + (f"; {main.detail}" if main.detail else "")
@@ -124,13 +130,10 @@ def _order(
         own = [r.backend for r in measured_parts[0][0].ranked]
         return sorted(costed, key=lambda e: own.index(e.backend)) + rest
 
-    def typical(e: RankedBackend) -> float:
-        return e.typical_us if e.typical_us is not None else (e.latency_us or 0.0)
-
-    costed.sort(key=typical)
+    costed.sort(key=lambda e: e.compared_us or 0.0)
     if costed:
         heaviest = max(measured_parts, key=lambda p: p[1])[0]
-        near = {e.backend for e in costed if typical(e) <= TIE * typical(costed[0])}
+        near = {e.backend for e in costed if (e.compared_us or 0.0) <= TIE * (costed[0].compared_us or 0.0)}
         first = next((r.backend for r in heaviest.ranked if r.backend in near), costed[0].backend)
         costed.sort(key=lambda e: e.backend != first)  # stable: the rest keep their cost order
     return costed + rest

@@ -31,7 +31,7 @@ def measured_cost(selection: Selection) -> float | None:
     chosen = _chosen(selection)
     if chosen is None or chosen.source == "static" or chosen.latency_us is None:
         return None
-    return chosen.typical_us if chosen.typical_us is not None else chosen.latency_us
+    return chosen.compared_us
 
 
 def measured_cheapest(

@@ -35,6 +35,12 @@ class RankedBackend:
     #: ``latency_us`` is the weighted mean.
     typical_us: float | None = None
 
+    @property
+    def compared_us(self) -> float | None:
+        """What comparisons between selections use: the typical latency, the weighted latency where there is none (a
+        rank built without one)."""
+        return self.typical_us if self.typical_us is not None else self.latency_us
+
     def to_dict(self) -> dict[str, Any]:
         out = {
             "backend": self.backend,
