@@ -458,7 +458,7 @@ def paged_attention(
         tma_geometry = (k_mat.rows_per_block, k_mat.rows_per_head, k_mat.cols_per_head)
     else:
         desc_k, desc_v, tma_geometry = k_cache, v_cache, (0, 0, 0)  # unused by the gather kernel
-    chunk_tiles, chunk_pages = bt_chunk(
+    chunk_tiles, chunk_entries = bt_chunk(
         prefill_style=not is_decode_shape(max_query_len),
         page_size=page_size,
         block_n=plan.block_n,
@@ -524,7 +524,7 @@ def paged_attention(
         TMA=use_tma,
         MERGE_HERE=merge_here,
         BT_CHUNK=chunk_tiles,
-        BT_PAGES=chunk_pages,
+        BT_PAGES=chunk_entries,
         num_warps=plan.num_warps,
         num_stages=plan.num_stages,
     )
