@@ -45,6 +45,13 @@ def _tqw(p: Problem, bits: int) -> Case:
 SPLIT3 = {"block_n": 16, "num_splits": 3}
 ONE_LONG_SPLIT = {"block_n": 64, "num_splits": 1}
 
+
+def _bt(q_lens, ctx_lens, page, block_n, block_m, splits, **kw) -> Case:  # noqa: ANN001
+    """A block-table chunk case (``page_chunks.bt_chunk``): one KV head of two query heads, NaN past each context."""
+    cfg = {"block_n": block_n, "block_m": block_m, "num_splits": splits}
+    return _t(P(q_lens, ctx_lens, num_heads=2, num_kv_heads=1, page_size=page, config=cfg, poison_tail=True, **kw))
+
+
 INTERP_CASES: dict[str, Case] = {
     # --- TRITON_ATTN ---
     "decode_nhd_bf16_gqa4": _t(P((1, 1, 1), (1, 37, 100))),
@@ -125,65 +132,11 @@ INTERP_CASES: dict[str, Case] = {
     # (page_chunks.bt_chunk), one and a half chunks a split or so, NaN past each context: gathered 128-position
     # tiles over 8 and 2 pages and over one (fp8 KV, which TMA cannot load), TMA tiles of a page and of half a page
     # (chunks starting mid-page)
-    "prefill_bt_chunks_gather_page16": _t(
-        P(
-            (20, 3),
-            (24000, 90),
-            num_heads=2,
-            num_kv_heads=1,
-            config={"block_n": 128, "block_m": 16, "num_splits": 2},
-            poison_tail=True,
-        )
-    ),  # fmt: skip
-    "prefill_bt_chunks_gather_page64": _t(
-        P(
-            (24,),
-            (36000,),
-            num_heads=2,
-            num_kv_heads=1,
-            page_size=64,
-            config={"block_n": 128, "block_m": 16, "num_splits": 3},
-            poison_tail=True,
-        )
-    ),  # fmt: skip
-    "prefill_bt_chunks_gather_page128_fp8": _t(
-        P(
-            (18,),
-            (14000,),
-            num_heads=2,
-            num_kv_heads=1,
-            page_size=128,
-            kv_dtype=FP8,
-            k_scale=0.5,
-            config={"block_n": 128, "block_m": 32, "num_splits": 1},
-            poison_tail=True,
-        )
-    ),  # fmt: skip
-    "prefill_bt_chunks_tma_half_page": _t(
-        P(
-            (17,),
-            (10000,),
-            num_heads=2,
-            num_kv_heads=1,
-            page_size=128,
-            kv_loads="tma",
-            config={"block_n": 64, "block_m": 32, "num_splits": 3},
-            poison_tail=True,
-        )
-    ),  # fmt: skip
-    "prefill_bt_chunks_tma_whole_page": _t(
-        P(
-            (40, 17),
-            (6600, 600),
-            num_heads=2,
-            num_kv_heads=1,
-            page_size=64,
-            kv_loads="tma",
-            layout="HND",
-            config={"block_n": 64, "block_m": 32, "num_splits": 2},
-            poison_tail=True,
-        )
-    ),  # fmt: skip
+    "prefill_bt_chunks_gather_page16": _bt((20, 3), (24000, 90), 16, 128, 16, 2),
+    "prefill_bt_chunks_gather_page64": _bt((24,), (36000,), 64, 128, 16, 3),
+    "prefill_bt_chunks_gather_page128_fp8": _bt((18,), (14000,), 128, 128, 32, 1, kv_dtype=FP8, k_scale=0.5),
+    "prefill_bt_chunks_tma_half_page": _bt((17,), (10000,), 128, 64, 32, 3, kv_loads="tma"),
+    "prefill_bt_chunks_tma_whole_page": _bt((40, 17), (6600, 600), 64, 64, 32, 2, kv_loads="tma", layout="HND"),
 }
 
 # Run a second time with tensor-core accumulation (interp_runner --tensor-core-dot, tensor_core_model.py):
