@@ -7,9 +7,13 @@ at their floor), then the fastest config's and auto's GPU kernels (main kernel a
 then the probe's own jobs (the gate against the float32 reference, then its timing) for FlashInfer fa2-tc and the
 Triton tactics, as reference points.
 
-    python benchmarks/experiments/short_chunk_prefill.py [--no-sweep] [--skip BACKEND ...] [--out FILE.jsonl]
+    python benchmarks/experiments/short_chunk_prefill.py [--no-sweep] [--skip BACKEND ...] [--models M:TP:KV ...]
+        [--shapes CHUNK:CONTEXT ...] [--tiles ROWS:POSITIONS ...] [--warps-stages W:S ...] [--splits N ...]
+        [--out FILE.jsonl]
 
-(needs a CUDA GPU; ``--no-sweep``: the probe's jobs only; ``--skip``: leave those reference backends out)
+(needs a CUDA GPU; ``--no-sweep``: the probe's jobs only; ``--skip``: leave those reference backends out; ``--models``,
+``--shapes``, ``--tiles``, ``--warps-stages``, ``--splits``: replace the lists below. Splits of one KV tile are swept
+too.)
 """
 
 from __future__ import annotations
@@ -39,7 +43,14 @@ SPLITS = [1, 2, 4, 6, 8, 12, 16, 24, 32, 48]
 REFERENCES = [("FLASHINFER", "fa2-tc"), ("HWTUNE_TRITON_ATTN", "auto"), ("HWTUNE_TRITON_ATTN", "tuned")]
 
 
-def sweep(named: dict, workload: AttentionWorkload, out) -> None:  # noqa: ANN001
+def sweep(
+    named: dict,
+    workload: AttentionWorkload,
+    out,
+    tiles: list,
+    warps_stages: list,
+    splits_list: list,  # noqa: ANN001
+) -> None:
     runner = TritonAttnRunner("auto")
     problem = build_problem(workload, "cuda", seed=0)
     runner.prepare(problem)
@@ -48,7 +59,7 @@ def sweep(named: dict, workload: AttentionWorkload, out) -> None:  # noqa: ANN00
     torch.cuda.synchronize()
     want = runner.out.float().clone()
     best: tuple[float, TritonAttnConfig] | None = None
-    for (bm, bn), (warps, stages), splits in itertools.product(TILES, WARPS_STAGES, SPLITS):
+    for (bm, bn), (warps, stages), splits in itertools.product(tiles, warps_stages, splits_list):
         cfg = TritonAttnConfig(block_n=bn, num_splits=splits, num_warps=warps, num_stages=stages, block_m=bm)
         if splits > max(1, workload.context_len // bn):
             continue
@@ -77,17 +88,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--skip", nargs="*", default=[])
+    ap.add_argument("--models", nargs="*", default=[f"{m}:{tp}:{kv}" for m, tp, kv in MODELS])
+    ap.add_argument("--shapes", nargs="*", default=[f"{c}:{x}" for c, x in SHAPES])
+    ap.add_argument("--tiles", nargs="*", default=[f"{m}:{n}" for m, n in TILES])
+    ap.add_argument("--warps-stages", nargs="*", default=[f"{w}:{st}" for w, st in WARPS_STAGES])
+    ap.add_argument("--splits", nargs="*", type=int, default=SPLITS)
     mine, sys.argv[1:] = ap.parse_known_args()
+    shapes, tiles, warps_stages = (
+        [tuple(int(v) for v in t.split(":")) for t in given] for given in (mine.shapes, mine.tiles, mine.warps_stages)
+    )
     timing, out = options(__doc__)
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
-    for model, tp, kv in MODELS:
+    for model, tp, kv in (m.split(":") for m in mine.models):
+        tp = int(tp)
         spec = attention_spec(load_model_config(ROOT / "tests/data/models" / model), tp, kv_cache_dtype=kv)
-        for chunk, ctx in SHAPES:
+        for chunk, ctx in shapes:
             named = {"model": model, "tp": tp, "kv_cache_dtype": kv, "chunk": chunk, "context": ctx}
             workload = AttentionWorkload(spec, "prefill", 1, ctx, query_len=chunk)
             if not mine.no_sweep:
-                sweep(named, workload, out)
+                sweep(named, workload, out, tiles, warps_stages, mine.splits)
             for backend, tactic in (ref for ref in REFERENCES if ref[0] not in mine.skip):
                 r = probe_job(workload, backend, tactic, timing)
                 emit({**named, "backend": backend, "tactic": tactic, **outcome(r)}, out)

@@ -267,6 +267,15 @@ def turboquant_config(
     return TritonAttnConfig(block_n=block_n, num_splits=splits, num_warps=4, num_stages=3)
 
 
+#: (query rows, KV positions) of the smaller prefill tiles the ``tuned`` search adds (4 warps, 2 stages, head sizes
+#: up to 128) where 64-row query tiles leave SMs idle (a short chunk): a chunk of few tokens has few rows, and smaller
+#: tiles spread them over more SMs. On an H200 (2026-11-29, Qwen3-30B-A3B TP 4: 8 query heads a KV head;
+#: benchmarks/results/experiments/short_chunk_prefill_h200_2026-11-29.jsonl) a 96-token chunk from an empty prefix took
+#: 4.9 us with 16-row tiles (16 x 128) against 6.4 with the best 64-row tile; at 384 and 1536 tokens 64-row tiles
+#: stayed the fastest.
+SMALL_PREFILL_TILES = ((16, 64), (16, 128), (32, 64), (32, 128))
+
+
 def config_space(
     *,
     phase: str,
@@ -282,11 +291,13 @@ def config_space(
     """Configs the "tuned" tactic searches for one workload; the "auto" config comes first, no duplicates.
 
     Decode: KV tile x warps x stages x {half, auto, double} splits (36 or fewer). Prefill: (query tile,
-    KV tile) pairs x warps x stages (30 or fewer), and where the query tiles alone give fewer programs than SMs (a
-    short chunk, often on a long prefix), auto's config with 2, 4, 8 and 16 times its splits (each split at least 2
-    KV tiles): the auto rule keeps 2048 tokens a split, which leaves most SMs idle under a 96-token chunk. Such a
-    search has a second round (``prefill_split_refinements``). Every config here runs correctly; only speed differs.
-    """
+    KV tile) pairs x warps x stages (30 or fewer) at auto's split count. Where a config's query tiles alone give fewer
+    programs than SMs (a short chunk, often on a long prefix; ``_with_splits``), the config again with the split count
+    that fills the SMs one program deep (at most one split per two KV tiles), so that tiles are compared at the
+    parallelism they can reach; auto's config with 2, 4, 8 and 16 times its splits (the auto rule keeps 2048 tokens a
+    split, which leaves most SMs idle under a 96-token chunk); and smaller query tiles (``SMALL_PREFILL_TILES``). Such
+    a search has a second round (``prefill_split_refinements``). Every config here runs correctly; only speed
+    differs."""
     auto = default_config(
         phase=phase,
         batch=batch,
@@ -298,50 +309,60 @@ def config_space(
         num_kv_heads=num_kv_heads,
         kv_cache_bytes=kv_cache_bytes,
     )
-    out: list[TritonAttnConfig] = [auto]
-    if is_decode_shape(max_query_len):
-        s = auto.num_splits or 1
-        splits = sorted({max(1, s // 2), s, min(MAX_SPLITS, s * 2)})
-        block_ns = (16, 32, 64) if head_size == 256 else (32, 64, 128)
-        for bn in block_ns:
-            for warps in (4, 8):
-                for stages in (2, 3):
-                    for sp in splits:
-                        out.append(TritonAttnConfig(block_n=bn, num_splits=sp, num_warps=warps, num_stages=stages))
-    else:
-        pairs = (
-            ((64, 32), (64, 64), (128, 32))
-            if head_size == 256
-            else ((128, 64), (128, 128), (64, 64), (64, 128), (128, 32))
-        )
-        for bm, bn in pairs:
-            bm = max(bm, next_pow2(gqa_group))
-            for warps in (4, 8):
-                for stages in (2, 3, 4):
-                    if head_size == 256 and stages > 2 and bn > 32:
-                        continue  # shared memory: 256-wide K and V tiles, 3+ stages, do not fit
-                    out.append(
-                        TritonAttnConfig(
-                            block_n=bn, num_splits=auto.num_splits, num_warps=warps, num_stages=stages, block_m=bm
-                        )
-                    )
-        s = auto.num_splits or 1  # auto's config with 2-16x its splits, where its query tiles leave SMs idle
-        out += _with_splits(
-            auto, lambda _programs: [k * s for k in (2, 4, 8, 16)], batch=batch, max_query_len=max_query_len,
-            max_seq_len=max_seq_len, gqa_group=gqa_group, num_sms=num_sms, num_kv_heads=num_kv_heads,
+    shape = dict(
+        batch=batch, max_query_len=max_query_len, max_seq_len=max_seq_len, gqa_group=gqa_group, num_sms=num_sms,
+        num_kv_heads=num_kv_heads,
+    )  # fmt: skip
+    more = _decode_space(auto, head_size) if is_decode_shape(max_query_len) else _prefill_space(auto, head_size, shape)
+    return list(dict.fromkeys([auto, *more]))
+
+
+def _decode_space(auto: TritonAttnConfig, head_size: int) -> list[TritonAttnConfig]:
+    """A decode's configs: KV tile x warps x stages x {half, auto's, double} split counts."""
+    s = auto.num_splits or 1
+    splits = sorted({max(1, s // 2), s, min(MAX_SPLITS, s * 2)})
+    block_ns = (16, 32, 64) if head_size == 256 else (32, 64, 128)
+    return [
+        TritonAttnConfig(block_n=bn, num_splits=sp, num_warps=warps, num_stages=stages)
+        for bn in block_ns
+        for warps in (4, 8)
+        for stages in (2, 3)
+        for sp in splits
+    ]
+
+
+def _prefill_space(auto: TritonAttnConfig, head_size: int, shape: dict) -> list[TritonAttnConfig]:
+    """A prefill's configs (``config_space``): (query tile, KV tile) x warps x stages at auto's split count, and where
+    the query tiles leave SMs idle, each also at the count filling them one program deep, the smaller query tiles,
+    and auto's config with 2-16x its splits. ``shape``: ``_with_splits``'s keyword arguments."""
+    pairs = (
+        ((64, 32), (64, 64), (128, 32)) if head_size == 256 else ((128, 64), (128, 128), (64, 64), (64, 128), (128, 32))
+    )
+    tiles = [(bm, bn, warps, stages) for bm, bn in pairs for warps in (4, 8) for stages in (2, 3, 4)]
+    tiles = [t for t in tiles if not (head_size == 256 and t[3] > 2 and t[1] > 32)]  # 256-wide K/V: shared memory
+    programs_64 = _query_tile_programs(
+        64, shape["batch"], shape["num_kv_heads"] or 1, shape["max_query_len"], shape["gqa_group"]
+    )
+    if head_size <= 128 and programs_64 < shape["num_sms"]:
+        tiles += [(bm, bn, 4, 2) for bm, bn in SMALL_PREFILL_TILES]
+
+    def fill(programs: int, most: int) -> list[int]:  # one wave of programs, at most ``most`` splits
+        return [min(cdiv(shape["num_sms"], programs), most)]
+
+    out = []
+    for bm, bn, warps, stages in tiles:
+        cfg = TritonAttnConfig(
+            block_n=bn, num_splits=auto.num_splits, num_warps=warps, num_stages=stages,
+            block_m=max(bm, next_pow2(shape["gqa_group"])),
         )  # fmt: skip
-    seen: set[TritonAttnConfig] = set()
-    unique = []
-    for cfg in out:
-        if cfg not in seen:
-            seen.add(cfg)
-            unique.append(cfg)
-    return unique
+        out += [cfg, *_with_splits(cfg, fill, **shape)]
+    s = auto.num_splits or 1  # auto's config with 2-16x its splits, where its query tiles leave SMs idle
+    return out + _with_splits(auto, lambda _programs, _most: [k * s for k in (2, 4, 8, 16)], **shape)
 
 
 def _with_splits(
     config: TritonAttnConfig,
-    counts: Callable[[int], Iterable[int]],
+    counts: Callable[[int, int], Iterable[int]],
     *,
     batch: int,
     max_query_len: int,
@@ -350,15 +371,15 @@ def _with_splits(
     num_sms: int,
     num_kv_heads: int | None,
 ) -> list[TritonAttnConfig]:
-    """``config`` with each KV split count ``counts(programs)`` proposes (``programs``: its query tiles x KV heads),
-    where those programs are fewer than SMs (a short chunk, often on a long prefix), in increasing order, each split
-    at least two KV tiles, at most ``MAX_SPLITS``, ``config``'s own count left out; none where the programs fill the
-    SMs."""
+    """``config`` with each KV split count ``counts(programs, most)`` proposes (``programs``: its query tiles x KV
+    heads; ``most``: the largest count allowed), where those programs are fewer than SMs (a short chunk, often on a
+    long prefix), in increasing order, each split at least two KV tiles, at most ``MAX_SPLITS``, ``config``'s own count
+    left out; none where the programs fill the SMs."""
     programs = _query_tile_programs(config.block_m or 128, batch, num_kv_heads or 1, max_query_len, gqa_group)
     if programs >= num_sms:
         return []
     most = min(MAX_SPLITS, max(1, max_seq_len // (2 * config.block_n)))
-    wanted = sorted({n for n in counts(programs) if 2 <= n <= most and n != config.num_splits})
+    wanted = sorted({n for n in counts(programs, most) if 2 <= n <= most and n != config.num_splits})
     return [replace(config, num_splits=n) for n in wanted]
 
 
@@ -380,7 +401,7 @@ def prefill_split_refinements(
     benchmarks/results/experiments/short_chunk_prefill_h100_2026-11-27.jsonl, Llama-3.1-8B, a 96-token chunk) the
     fastest split count was 2 to 16 depending on the tile and prefix, up to 1.3x faster than the first round's."""
     return _with_splits(
-        config, lambda programs: [1 << k for k in range(1, 7)] + [d * num_sms // programs for d in (1, 2, 3)],
+        config, lambda programs, _most: [1 << k for k in range(1, 7)] + [d * num_sms // programs for d in (1, 2, 3)],
         batch=batch, max_query_len=max_query_len, max_seq_len=max_seq_len, gqa_group=gqa_group, num_sms=num_sms,
         num_kv_heads=num_kv_heads,
     )  # fmt: skip

@@ -12,6 +12,7 @@ from hwtune.kernels.configs import (
     MAX_SPLITS,
     MERGE_COUNTER_WORDS,
     MIN_TOKENS_PER_SPLIT,
+    SMALL_PREFILL_TILES,
     TritonAttnConfig,
     config_space,
     decode_block_m,
@@ -289,17 +290,27 @@ def test_fp8_decode_tiles_stay_within_the_searched_widths(head_size: int, block_
     assert cfg.block_n == block_n
 
 
-def test_a_short_prefill_chunk_searches_more_kv_splits() -> None:
-    """A 96-token chunk on a long prefix has 24 query-tile programs for 132 SMs: the search adds auto's config with
-    2-16x its splits (each split at least two KV tiles); a long chunk, whose tiles fill the SMs, adds none."""
+def test_a_short_prefill_chunk_searches_more_kv_splits_and_smaller_tiles() -> None:
+    """A 96-token chunk on a long prefix has 24 query-tile programs of 128 rows for 132 SMs: the search adds auto's
+    config with 2-16x its splits (each split at least two KV tiles), every tile again at the split count that fills the
+    SMs one program deep, and the smaller query tiles; a long chunk, whose tiles fill the SMs, adds none of them."""
     shape = dict(phase="prefill", head_size=128, batch=1, gqa_group=4, num_sms=132, num_kv_heads=8)
     auto = default_config(max_query_len=96, max_seq_len=6096, **shape)
     space = config_space(max_query_len=96, max_seq_len=6096, **shape)
-    more = [c for c in space if c.num_splits != auto.num_splits]
-    assert more == [dataclasses.replace(auto, num_splits=k * auto.num_splits) for k in (2, 4)]
-    assert all(6096 // c.num_splits >= 2 * c.block_n for c in more)
+    assert {dataclasses.replace(auto, num_splits=k * auto.num_splits) for k in (2, 4)} <= set(space)
+    assert all(6096 // c.num_splits >= 2 * c.block_n for c in space)
+    counts: dict[TritonAttnConfig, set[int]] = {}
+    for c in space:
+        counts.setdefault(dataclasses.replace(c, num_splits=None), set()).add(c.num_splits)
+    for tile, seen in counts.items():
+        programs = 8 * -(-96 // (tile.block_m // 4))  # KV heads x query tiles
+        fill = {min(-(-132 // programs), 6096 // (2 * tile.block_n))} if programs < 132 else set()
+        assert {auto.num_splits} | fill <= seen, tile
+    assert any(len(seen) > 1 for tile, seen in counts.items() if tile != dataclasses.replace(auto, num_splits=None))
+    assert set(SMALL_PREFILL_TILES) <= {(c.block_m, c.block_n) for c in space}
     long = config_space(max_query_len=4096, max_seq_len=8192, **shape)
     assert {c.num_splits for c in long} == {default_config(max_query_len=4096, max_seq_len=8192, **shape).num_splits}
+    assert not {(c.block_m, c.block_n) for c in long} & set(SMALL_PREFILL_TILES)
 
 
 def test_a_short_prefill_chunk_refines_a_finalists_kv_splits() -> None:

@@ -51,9 +51,9 @@ def _assert_space_correct(phase: str, p: Problem, *, refined: bool = False) -> N
         batch=len(p.q_lens),
         max_query_len=max(p.q_lens),
         max_seq_len=max(p.seq_lens),
-        gqa_group=4,
+        gqa_group=p.num_heads // p.num_kv_heads,
         num_sms=torch.cuda.get_device_properties(0).multi_processor_count,
-        num_kv_heads=8,
+        num_kv_heads=p.num_kv_heads,
     )
     space = config_space(phase=phase, head_size=p.head_size, **shape)
     if refined:
@@ -83,6 +83,16 @@ def test_every_config_of_a_short_chunk_on_a_long_prefix_is_correct() -> None:
     fill few SMs), and the search's second round any config with other split counts; each must be correct, the split
     prefill's merge (several rows a program: ``merge_rows_per_program``) included."""
     p = Problem((96,), (6096,), num_heads=32, num_kv_heads=8, head_size=128)
+    _assert_space_correct("prefill", p, refined=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("q_lens", "seq_lens"), [((96,), (96,)), ((96, 33), (1596, 700))])
+def test_every_config_of_a_short_chunk_with_one_kv_head_is_correct(q_lens: tuple, seq_lens: tuple) -> None:
+    """8 query heads on one KV head (Qwen3-30B-A3B at TP 4): a short chunk's space holds 16- and 32-row query tiles
+    (2 and 4 tokens a tile) and every tile at the split count that fills the SMs; each config, and each second-round
+    split count, must be correct, from an empty prefix and on a cached one beside a second request."""
+    p = Problem(q_lens, seq_lens, num_heads=8, num_kv_heads=1, head_size=128)
     _assert_space_correct("prefill", p, refined=True)
 
 
