@@ -46,10 +46,10 @@ REFERENCES = [("FLASHINFER", "fa2-tc"), ("HWTUNE_TRITON_ATTN", "auto"), ("HWTUNE
 def sweep(
     named: dict,
     workload: AttentionWorkload,
-    out,
+    out,  # noqa: ANN001
     tiles: list,
     warps_stages: list,
-    splits_list: list,  # noqa: ANN001
+    splits_list: list,
 ) -> None:
     runner = TritonAttnRunner("auto")
     problem = build_problem(workload, "cuda", seed=0)

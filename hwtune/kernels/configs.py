@@ -292,12 +292,12 @@ def config_space(
 
     Decode: KV tile x warps x stages x {half, auto, double} splits (36 or fewer). Prefill: (query tile,
     KV tile) pairs x warps x stages (30 or fewer) at auto's split count. Where a config's query tiles alone give fewer
-    programs than SMs (a short chunk, often on a long prefix; ``_with_splits``), the config again with the split count
-    that fills the SMs one program deep (at most one split per two KV tiles), so that tiles are compared at the
-    parallelism they can reach; auto's config with 2, 4, 8 and 16 times its splits (the auto rule keeps 2048 tokens a
-    split, which leaves most SMs idle under a 96-token chunk); and smaller query tiles (``SMALL_PREFILL_TILES``). Such
-    a search has a second round (``prefill_split_refinements``). Every config here runs correctly; only speed
-    differs."""
+    programs than SMs (a short chunk, often on a long prefix; ``_with_splits``), the config again at the smallest split
+    count whose programs cover every SM (at most one split per two KV tiles), so that tiles are compared at the
+    parallelism they can reach, and auto's config with 2, 4, 8 and 16 times its splits (the auto rule keeps 2048 tokens
+    a split, which leaves most SMs idle under a 96-token chunk); where 64-row query tiles leave SMs idle, smaller query
+    tiles (``SMALL_PREFILL_TILES``). Such a search has a second round (``prefill_split_refinements``). Every config
+    here runs correctly; only speed differs."""
     auto = default_config(
         phase=phase,
         batch=batch,
@@ -332,21 +332,24 @@ def _decode_space(auto: TritonAttnConfig, head_size: int) -> list[TritonAttnConf
 
 
 def _prefill_space(auto: TritonAttnConfig, head_size: int, shape: dict) -> list[TritonAttnConfig]:
-    """A prefill's configs (``config_space``): (query tile, KV tile) x warps x stages at auto's split count, and where
-    the query tiles leave SMs idle, each also at the count filling them one program deep, the smaller query tiles,
+    """A prefill's configs (``config_space``): (query tile, KV tile) x warps x stages at auto's split count; where a
+    config's query tiles leave SMs idle, the config again at the smallest split count whose programs cover every SM
+    (``cdiv(num_sms, programs)``, at most ``most``); where 64-row query tiles leave SMs idle, the smaller query tiles;
     and auto's config with 2-16x its splits. ``shape``: ``_with_splits``'s keyword arguments."""
     pairs = (
         ((64, 32), (64, 64), (128, 32)) if head_size == 256 else ((128, 64), (128, 128), (64, 64), (64, 128), (128, 32))
     )
-    tiles = [(bm, bn, warps, stages) for bm, bn in pairs for warps in (4, 8) for stages in (2, 3, 4)]
-    tiles = [t for t in tiles if not (head_size == 256 and t[3] > 2 and t[1] > 32)]  # 256-wide K/V: shared memory
-    programs_64 = _query_tile_programs(
-        64, shape["batch"], shape["num_kv_heads"] or 1, shape["max_query_len"], shape["gqa_group"]
-    )
-    if head_size <= 128 and programs_64 < shape["num_sms"]:
+    tiles = [
+        (bm, bn, warps, stages)
+        for bm, bn in pairs
+        for warps in (4, 8)
+        for stages in (2, 3, 4)
+        if not (head_size == 256 and stages > 2 and bn > 32)  # 256-wide K and V tiles, 3+ stages: shared memory
+    ]
+    if head_size <= 128 and _idle_sms(64, **shape):
         tiles += [(bm, bn, 4, 2) for bm, bn in SMALL_PREFILL_TILES]
 
-    def fill(programs: int, most: int) -> list[int]:  # one wave of programs, at most ``most`` splits
+    def covering(programs: int, most: int) -> list[int]:  # every SM given a program, at most ``most`` splits
         return [min(cdiv(shape["num_sms"], programs), most)]
 
     out = []
@@ -355,9 +358,17 @@ def _prefill_space(auto: TritonAttnConfig, head_size: int, shape: dict) -> list[
             block_n=bn, num_splits=auto.num_splits, num_warps=warps, num_stages=stages,
             block_m=max(bm, next_pow2(shape["gqa_group"])),
         )  # fmt: skip
-        out += [cfg, *_with_splits(cfg, fill, **shape)]
+        out += [cfg, *_with_splits(cfg, covering, **shape)]
     s = auto.num_splits or 1  # auto's config with 2-16x its splits, where its query tiles leave SMs idle
     return out + _with_splits(auto, lambda _programs, _most: [k * s for k in (2, 4, 8, 16)], **shape)
+
+
+def _idle_sms(
+    block_m: int, *, batch: int, max_query_len: int, gqa_group: int, num_sms: int, num_kv_heads: int | None, **_: int
+) -> int:
+    """Query-tile programs of ``block_m`` rows (x KV heads) when they are fewer than SMs, else 0."""
+    programs = _query_tile_programs(block_m, batch, num_kv_heads or 1, max_query_len, gqa_group)
+    return programs if programs < num_sms else 0
 
 
 def _with_splits(
@@ -375,8 +386,11 @@ def _with_splits(
     heads; ``most``: the largest count allowed), where those programs are fewer than SMs (a short chunk, often on a
     long prefix), in increasing order, each split at least two KV tiles, at most ``MAX_SPLITS``, ``config``'s own count
     left out; none where the programs fill the SMs."""
-    programs = _query_tile_programs(config.block_m or 128, batch, num_kv_heads or 1, max_query_len, gqa_group)
-    if programs >= num_sms:
+    programs = _idle_sms(
+        config.block_m or 128, batch=batch, max_query_len=max_query_len, gqa_group=gqa_group, num_sms=num_sms,
+        num_kv_heads=num_kv_heads,
+    )  # fmt: skip
+    if not programs:
         return []
     most = min(MAX_SPLITS, max(1, max_seq_len // (2 * config.block_n)))
     wanted = sorted({n for n in counts(programs, most) if 2 <= n <= most and n != config.num_splits})

@@ -12,7 +12,6 @@ from hwtune.kernels.configs import (
     MAX_SPLITS,
     MERGE_COUNTER_WORDS,
     MIN_TOKENS_PER_SPLIT,
-    SMALL_PREFILL_TILES,
     TritonAttnConfig,
     config_space,
     decode_block_m,
@@ -290,27 +289,34 @@ def test_fp8_decode_tiles_stay_within_the_searched_widths(head_size: int, block_
     assert cfg.block_n == block_n
 
 
-def test_a_short_prefill_chunk_searches_more_kv_splits_and_smaller_tiles() -> None:
-    """A 96-token chunk on a long prefix has 24 query-tile programs of 128 rows for 132 SMs: the search adds auto's
-    config with 2-16x its splits (each split at least two KV tiles), every tile again at the split count that fills the
-    SMs one program deep, and the smaller query tiles; a long chunk, whose tiles fill the SMs, adds none of them."""
-    shape = dict(phase="prefill", head_size=128, batch=1, gqa_group=4, num_sms=132, num_kv_heads=8)
-    auto = default_config(max_query_len=96, max_seq_len=6096, **shape)
-    space = config_space(max_query_len=96, max_seq_len=6096, **shape)
-    assert {dataclasses.replace(auto, num_splits=k * auto.num_splits) for k in (2, 4)} <= set(space)
-    assert all(6096 // c.num_splits >= 2 * c.block_n for c in space)
+@pytest.mark.parametrize(("chunk", "context", "group", "kv_heads"), [(96, 6096, 4, 8), (96, 1596, 8, 1)])
+def test_a_short_prefill_chunk_searches_more_kv_splits_and_smaller_tiles(
+    chunk: int, context: int, group: int, kv_heads: int
+) -> None:
+    """A 96-token chunk leaves most of 132 SMs idle (Llama-3.1-8B on 6000 cached tokens: 24 programs of 128 rows;
+    Qwen3-30B-A3B TP 4 on 1500: 6). Each tile of the first round is searched at auto's split count and, where its own
+    programs are fewer than SMs, at the smallest count whose programs cover every SM, at most one split per two KV
+    tiles (on 1596 tokens the cap binds: 6 of 128 positions, 12 of 64); auto's tile also at 2-16x its splits; and the
+    16- and 32-row tiles join. A long chunk, whose tiles fill the SMs, gets none of them."""
+    shape = dict(phase="prefill", head_size=128, batch=1, gqa_group=group, num_sms=132, num_kv_heads=kv_heads)
+    auto = default_config(max_query_len=chunk, max_seq_len=context, **shape)
+    space = config_space(max_query_len=chunk, max_seq_len=context, **shape)
     counts: dict[TritonAttnConfig, set[int]] = {}
     for c in space:
         counts.setdefault(dataclasses.replace(c, num_splits=None), set()).add(c.num_splits)
     for tile, seen in counts.items():
-        programs = 8 * -(-96 // (tile.block_m // 4))  # KV heads x query tiles
-        fill = {min(-(-132 // programs), 6096 // (2 * tile.block_n))} if programs < 132 else set()
-        assert {auto.num_splits} | fill <= seen, tile
-    assert any(len(seen) > 1 for tile, seen in counts.items() if tile != dataclasses.replace(auto, num_splits=None))
-    assert set(SMALL_PREFILL_TILES) <= {(c.block_m, c.block_n) for c in space}
+        programs = kv_heads * -(-chunk // (tile.block_m // group))
+        most = context // (2 * tile.block_n)
+        want = {auto.num_splits}
+        if programs < 132 and min(-(-132 // programs), most) >= 2:
+            want.add(min(-(-132 // programs), most))
+        if tile == dataclasses.replace(auto, num_splits=None):
+            want |= {k * auto.num_splits for k in (2, 4, 8, 16) if k * auto.num_splits <= most}
+        assert seen == want, tile
+    assert {(16, 64), (16, 128), (32, 64), (32, 128)} <= {(c.block_m, c.block_n) for c in space}
     long = config_space(max_query_len=4096, max_seq_len=8192, **shape)
     assert {c.num_splits for c in long} == {default_config(max_query_len=4096, max_seq_len=8192, **shape).num_splits}
-    assert not {(c.block_m, c.block_n) for c in long} & set(SMALL_PREFILL_TILES)
+    assert all(c.block_m >= 64 for c in long)
 
 
 def test_a_short_prefill_chunk_refines_a_finalists_kv_splits() -> None:
