@@ -9,11 +9,12 @@ Triton tactics, as reference points.
 
     python benchmarks/experiments/short_chunk_prefill.py [--no-sweep] [--skip BACKEND ...] [--models M:TP:KV ...]
         [--shapes CHUNK:CONTEXT ...] [--tiles ROWS:POSITIONS ...] [--warps-stages W:S ...] [--splits N ...]
-        [--out FILE.jsonl]
+        [--decode] [--out FILE.jsonl]
 
 (needs a CUDA GPU; ``--no-sweep``: the probe's jobs only; ``--skip``: leave those reference backends out; ``--models``,
 ``--shapes``, ``--tiles``, ``--warps-stages``, ``--splits``: replace the lists below. Splits of one KV tile are swept
-too.)
+too. ``--decode``: decode workloads instead, ``--shapes`` read as BATCH:CONTEXT, a result line's ``batch`` and
+``phase``.)
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def main() -> None:
     ap.add_argument("--tiles", nargs="*", default=[f"{m}:{n}" for m, n in TILES])
     ap.add_argument("--warps-stages", nargs="*", default=[f"{w}:{st}" for w, st in WARPS_STAGES])
     ap.add_argument("--splits", nargs="*", type=int, default=SPLITS)
+    ap.add_argument("--decode", action="store_true", help="decode workloads: --shapes are BATCH:CONTEXT")
     mine, sys.argv[1:] = ap.parse_known_args()
     shapes, tiles, warps_stages = (
         [tuple(int(v) for v in t.split(":")) for t in given] for given in (mine.shapes, mine.tiles, mine.warps_stages)
@@ -103,9 +105,13 @@ def main() -> None:
     for model, tp, kv in (m.split(":") for m in mine.models):
         tp = int(tp)
         spec = attention_spec(load_model_config(ROOT / "tests/data/models" / model), tp, kv_cache_dtype=kv)
-        for chunk, ctx in shapes:
+        for chunk, ctx in shapes:  # with --decode: (batch, context)
             named = {"model": model, "tp": tp, "kv_cache_dtype": kv, "chunk": chunk, "context": ctx}
-            workload = AttentionWorkload(spec, "prefill", 1, ctx, query_len=chunk)
+            if mine.decode:
+                named = {**named, "phase": "decode", "batch": named.pop("chunk")}
+                workload = AttentionWorkload(spec, "decode", chunk, ctx, query_len=spec.query_len_decode)
+            else:
+                workload = AttentionWorkload(spec, "prefill", 1, ctx, query_len=chunk)
             if not mine.no_sweep:
                 sweep(named, workload, out, tiles, warps_stages, mine.splits)
             for backend, tactic in (ref for ref in REFERENCES if ref[0] not in mine.skip):

@@ -290,7 +290,7 @@ def config_space(
 ) -> list[TritonAttnConfig]:
     """Configs the "tuned" tactic searches for one workload; the "auto" config comes first, no duplicates.
 
-    Decode: KV tile x warps x stages x {half, auto, double} splits (36 or fewer). Prefill: (query tile,
+    Decode: KV tile x warps x stages x split counts around auto's (60 or fewer). Prefill: (query tile,
     KV tile) pairs x warps x stages (30 or fewer) at auto's split count. Where a config's query tiles alone give fewer
     programs than SMs (a short chunk, often on a long prefix; ``_with_splits``), the config again at the smallest split
     count whose programs cover every SM (at most one split per two KV tiles), so that tiles are compared at the
@@ -318,9 +318,14 @@ def config_space(
 
 
 def _decode_space(auto: TritonAttnConfig, head_size: int) -> list[TritonAttnConfig]:
-    """A decode's configs: KV tile x warps x stages x {half, auto's, double} split counts."""
+    """A decode's configs: KV tile x warps x stages x split counts around auto's: half, a quarter fewer, auto's, a
+    quarter more (at least one either way), double. WHY the quarter steps: on an H200 (2026-11-29, 32, 48 and 128
+    requests x 700 tokens of Qwen3-30B-A3B TP 4 and ChatGLM2-6B; CUDA-graph medians in
+    benchmarks/results/experiments/decode_splits_h200_2026-11-29.jsonl) the best config with 4 splits beat the best
+    with auto's 3 at four of six shapes, by 1.5-9.3 %, and 4 was not searched."""
     s = auto.num_splits or 1
-    splits = sorted({max(1, s // 2), s, min(MAX_SPLITS, s * 2)})
+    q = max(1, s // 4)
+    splits = sorted({max(1, s // 2), max(1, s - q), s, min(MAX_SPLITS, s + q), min(MAX_SPLITS, s * 2)})
     block_ns = (16, 32, 64) if head_size == 256 else (32, 64, 128)
     return [
         TritonAttnConfig(block_n=bn, num_splits=sp, num_warps=warps, num_stages=stages)
