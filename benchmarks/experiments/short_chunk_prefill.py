@@ -108,7 +108,7 @@ def main() -> None:
         for chunk, ctx in shapes:  # with --decode: (batch, context)
             named = {"model": model, "tp": tp, "kv_cache_dtype": kv, "chunk": chunk, "context": ctx}
             if mine.decode:
-                named = {**named, "phase": "decode", "batch": named.pop("chunk")}
+                named = {k: v for k, v in named.items() if k != "chunk"} | {"phase": "decode", "batch": chunk}
                 workload = AttentionWorkload(spec, "decode", chunk, ctx, query_len=spec.query_len_decode)
             else:
                 workload = AttentionWorkload(spec, "prefill", 1, ctx, query_len=chunk)

@@ -322,7 +322,8 @@ def _decode_space(auto: TritonAttnConfig, head_size: int) -> list[TritonAttnConf
     quarter more (at least one either way), double. WHY the quarter steps: on an H200 (2026-11-29, 32, 48 and 128
     requests x 700 tokens of Qwen3-30B-A3B TP 4 and ChatGLM2-6B; CUDA-graph medians in
     benchmarks/results/experiments/decode_splits_h200_2026-11-29.jsonl) the best config with 4 splits beat the best
-    with auto's 3 at four of six shapes, by 1.5-9.3 %, and 4 was not searched."""
+    with auto's 3 at four of six shapes, by 1.5-9.3 % (two of them within the reruns' noise), and 4 was not
+    searched."""
     s = auto.num_splits or 1
     q = max(1, s // 4)
     splits = sorted({max(1, s // 2), max(1, s - q), s, min(MAX_SPLITS, s + q), min(MAX_SPLITS, s * 2)})
