@@ -28,6 +28,7 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
+from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -78,13 +79,9 @@ def ab(run, out, tiles_list: list[int]) -> dict:  # noqa: ANN001
     return row
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path)
-    ap.add_argument("--tiles", default="0,16", help="chunk sizes to compare, comma-separated (0: the load in the loop)")
-    ap.add_argument("--label", default="", help="a name for the kernel tree measured (e.g. a patch applied)")
-    args = ap.parse_args()
-    out_path, tiles_list = args.out, [int(t) for t in args.tiles.split(",")]
+def each_config(label: str) -> Iterator[tuple[dict, object]]:
+    """For every case and config (auto's and ``TILES``, auto's split count): the result line's fields so far and the
+    probe's runner prepared on the case's problem with that config."""
     for model, tp, page, chunk, prefix in CASES:
         spec = attention_spec(load_model_config(ROOT / "tests/data/models" / model), tp)
         w = AttentionWorkload(dataclasses.replace(spec, block_size=page), "prefill", 1, chunk + prefix, query_len=chunk)
@@ -99,15 +96,30 @@ def main() -> None:
         for cfg in dict.fromkeys(configs):
             runner.config, runner.workspace = cfg, runner._workspace(p, [cfg])
             line = {"model": model, "tp": tp, "page": page, "chunk": chunk, "prefix": prefix, "config": cfg.name()}
-            line["label"] = args.label
-            try:
-                line |= ab(runner.run, runner.out, tiles_list)
-            except Exception as e:  # noqa: BLE001 - a config that cannot run is a result line
-                line["error"] = repr(e)[:300]
-            print(json.dumps(line), flush=True)
-            if out_path:
-                with out_path.open("a") as f:
-                    f.write(json.dumps(line) + "\n")
+            yield line | {"label": label}, runner
+
+
+def write_line(line: dict, out_path: Path | None) -> None:
+    """Print one result line and append it to ``out_path`` when given."""
+    print(json.dumps(line), flush=True)
+    if out_path:
+        with out_path.open("a") as f:
+            f.write(json.dumps(line) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--tiles", default="0,16", help="chunk sizes to compare, comma-separated (0: the load in the loop)")
+    ap.add_argument("--label", default="", help="a name for the kernel tree measured (e.g. a patch applied)")
+    args = ap.parse_args()
+    tiles_list = [int(t) for t in args.tiles.split(",")]
+    for line, runner in each_config(args.label):
+        try:
+            line |= ab(runner.run, runner.out, tiles_list)
+        except Exception as e:  # noqa: BLE001 - a config that cannot run is a result line
+            line["error"] = repr(e)[:300]
+        write_line(line, args.out)
 
 
 if __name__ == "__main__":

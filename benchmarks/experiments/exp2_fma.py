@@ -13,8 +13,6 @@ Why: without warp specialisation (Triton 3.6 on Hopper) a tile's exponentials an
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import sys
 from pathlib import Path
 
@@ -22,15 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
-from bt_chunks import CASES, ROOT, TILES  # noqa: E402
+from bt_chunks import each_config, write_line  # noqa: E402
 from mla_decode_gap import graph_us  # noqa: E402
 
-from hwtune.core.model_config import attention_spec, load_model_config  # noqa: E402
-from hwtune.core.types import AttentionWorkload  # noqa: E402
 from hwtune.kernels import exp2_fma  # noqa: E402
-from hwtune.kernels.configs import TritonAttnConfig  # noqa: E402
-from hwtune.probes.attention.candidates.base import load_candidate  # noqa: E402
-from hwtune.probes.attention.problem import build_problem  # noqa: E402
 
 
 def ab(run, out) -> dict:  # noqa: ANN001
@@ -54,30 +47,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--label", default="", help="a name for the kernel tree measured")
     args = ap.parse_args()
-    for model, tp, page, chunk, prefix in CASES:
-        spec = attention_spec(load_model_config(ROOT / "tests/data/models" / model), tp)
-        w = AttentionWorkload(dataclasses.replace(spec, block_size=page), "prefill", 1, chunk + prefix, query_len=chunk)
-        runner = load_candidate("HWTUNE_TRITON_ATTN").runner(w, "auto", "cuda")
-        p = build_problem(w, "cuda", seed=0)
-        runner.prepare(p)
-        auto = runner.config
-        configs = [auto] + [
-            TritonAttnConfig(block_n=n, num_splits=auto.num_splits, num_warps=wp, num_stages=st, block_m=m)
-            for m, n, wp, st in TILES
-        ]
-        for cfg in dict.fromkeys(configs):
-            runner.config, runner.workspace = cfg, runner._workspace(p, [cfg])
-            line = {"model": model, "tp": tp, "page": page, "chunk": chunk, "prefix": prefix, "config": cfg.name()}
-            line["label"] = args.label
-            try:
-                line |= ab(runner.run, runner.out)
-            except Exception as e:  # noqa: BLE001 - a config that cannot run is a result line
-                exp2_fma.EXP2_ON_FMA = False
-                line["error"] = repr(e)[:300]
-            print(json.dumps(line), flush=True)
-            if args.out:
-                with args.out.open("a") as f:
-                    f.write(json.dumps(line) + "\n")
+    for line, runner in each_config(args.label):
+        try:
+            line |= ab(runner.run, runner.out)
+        except Exception as e:  # noqa: BLE001 - a config that cannot run is a result line
+            exp2_fma.EXP2_ON_FMA = False
+            line["error"] = repr(e)[:300]
+        write_line(line, args.out)
 
 
 if __name__ == "__main__":
