@@ -53,7 +53,6 @@ from hwtune.kernels.configs import (
     next_pow2,
     workspace_size,
 )
-from hwtune.kernels.exp2_fma import exp2_on_fma, exp2_split
 from hwtune.kernels.page_chunks import bt_chunk, chunk_pages, page_chunk
 from hwtune.kernels.split_kv import merge_if_last, merge_splits, merges_in_kernel, split_buffers
 
@@ -94,7 +93,6 @@ def _kv_tile(
     TMA: tl.constexpr,
     pages,
     PAGES_GIVEN: tl.constexpr,
-    EXP2_FMA: tl.constexpr,
 ):
     """One KV tile of the online softmax (running max ``m_i`` in log2 units).
 
@@ -105,8 +103,7 @@ def _kv_tile(
     lies inside one page and arrives as one descriptor copy (``_tma.py``): rows past the context may hold
     anything, so the masked tiles zero V there (K's scores are masked). With ``PAGES_GIVEN`` the tile's block-table
     entries come from the caller (``page_chunks.chunk_pages``: its page where it lies inside one, else each
-    position's), not from a load here. With ``EXP2_FMA`` an unmasked tile computes half its exponentials on the FMA
-    units (``exp2_fma.exp2_split``, an experiment)."""
+    position's), not from a load here."""
     pos = j * BLOCK_N + offs_n
     if TMA:
         start = j * BLOCK_N
@@ -154,7 +151,7 @@ def _kv_tile(
         p = tl.exp2(qk - m_new[:, None])
     else:
         m_new = tl.maximum(m_i, tl.max(qk, 1) * scale_log2)
-        p = exp2_split(qk * scale_log2 - m_new[:, None], EXP2_FMA)
+        p = tl.exp2(qk * scale_log2 - m_new[:, None])
     alpha = tl.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = tl.dot(p.to(q.dtype), v.to(q.dtype), acc=acc * alpha[:, None])
@@ -216,7 +213,6 @@ def _paged_attn_kernel(
     MERGE_HERE: tl.constexpr,
     BT_CHUNK: tl.constexpr,
     BT_PAGES: tl.constexpr,
-    EXP2_FMA: tl.constexpr,
 ):
     pid_q, kv_head, split = program_coords(num_kv_heads, HEADS_FAST)
     tiles_left, req, rows_tok, rows_pos, head, row_ok, first_pos, kv_end = query_tile(
@@ -260,14 +256,14 @@ def _paged_attn_kernel(
                     acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs_n, offs_d, d_ok, k_in_page,
                     v_in_page, stride_kb, stride_kt, stride_vb, stride_vt, scale_log2, desc_k, desc_v,
                     tma_rows_per_block, tma_row0, tma_col, BLOCK_N, PAGE_SIZE, False, BLOCK_D != HEAD_D, TMA,
-                    chunk_pages(chunk, first, j, BLOCK_N, PAGE_SIZE, BT_PAGES), True, EXP2_FMA,
+                    chunk_pages(chunk, first, j, BLOCK_N, PAGE_SIZE, BT_PAGES), True,
                 )  # fmt: skip
     else:
         for j in range(t0, full_stop):
             acc, m_i, l_i = _kv_tile(
                 acc, m_i, l_i, q, k_base, v_base, bt_row, j, kv_end, rows_pos, offs_n, offs_d, d_ok, k_in_page,
                 v_in_page, stride_kb, stride_kt, stride_vb, stride_vt, scale_log2, desc_k, desc_v, tma_rows_per_block,
-                tma_row0, tma_col, BLOCK_N, PAGE_SIZE, False, BLOCK_D != HEAD_D, TMA, 0, False, EXP2_FMA,
+                tma_row0, tma_col, BLOCK_N, PAGE_SIZE, False, BLOCK_D != HEAD_D, TMA, 0, False,
             )  # fmt: skip
     for j in range(tl.maximum(t0, full_end), t1):
         acc, m_i, l_i = _kv_tile(
@@ -302,7 +298,6 @@ def _paged_attn_kernel(
             BLOCK_D != HEAD_D,
             TMA,
             0,
-            False,
             False,
         )
     acc = acc * v_scale
@@ -530,7 +525,6 @@ def paged_attention(
         MERGE_HERE=merge_here,
         BT_CHUNK=chunk_tiles,
         BT_PAGES=chunk_entries,
-        EXP2_FMA=exp2_on_fma(prefill_style=not is_decode_shape(max_query_len)),
         num_warps=plan.num_warps,
         num_stages=plan.num_stages,
     )

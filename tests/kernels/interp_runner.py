@@ -1,6 +1,6 @@
 """Run the interpreter case grid in this process under TRITON_INTERPRET=1 and print JSON results.
 
-Usage: ``python -m tests.kernels.interp_runner [--shard I/N] [--tensor-core-dot] [--no-l2] [--exp2-fma] [case ...]``.
+Usage: ``python -m tests.kernels.interp_runner [--shard I/N] [--tensor-core-dot] [--no-l2] [case ...]``.
 It must be a fresh process: Triton decides at decoration time whether a kernel is interpreted, so the
 variable has to be set before ``triton`` and the kernel modules are imported (the pytest session may
 already have imported them).
@@ -90,10 +90,6 @@ def main(argv: list[str]) -> int:
             from hwtune.kernels import triton_attention, turboquant
 
             triton_attention.l2_bytes = turboquant.l2_bytes = lambda device: 0
-        elif arg == "--exp2-fma":  # half of each unmasked prefill tile's exponentials by exp2_fma.exp2_poly
-            from hwtune.kernels import exp2_fma
-
-            exp2_fma.EXP2_ON_FMA = True
         else:
             names.append(arg)
     names = names or sorted(TENSOR_CORE_CASES if TENSOR_CORE_DOT["on"] else INTERP_CASES)

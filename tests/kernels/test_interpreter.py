@@ -103,26 +103,3 @@ def test_prefill_case_with_the_l2_friendly_order(case: str, no_l2_results: dict,
     assert no_l2_results[case]["heads_fast"] and not any(no_l2_results[case]["heads_fast"])
     # the same case in the main grid (an L2 of 50 MiB, KV of a few KiB) ran heads-fast
     assert all(interp_results[case]["heads_fast"]), interp_results[case]["heads_fast"]
-
-
-#: prefill cases with unmasked KV tiles (gathered, chunked, TMA), run again with half of those tiles' exponentials
-#: computed on the FMA units (``exp2_fma.EXP2_ON_FMA``, an experiment off by default)
-EXP2_FMA_CASES = (
-    "prefill_prefix_d128_multi_tile",
-    "prefill_bt_chunks_gather_page16",
-    "prefill_bt_chunks_tma_whole_page",
-)
-
-
-@pytest.fixture(scope="session")
-def exp2_fma_results() -> dict:
-    return _run_shard(0, "--exp2-fma", *EXP2_FMA_CASES, shards=1)
-
-
-@pytest.mark.parametrize("case", EXP2_FMA_CASES)
-def test_prefill_case_with_exponentials_on_the_fma_units(
-    case: str, exp2_fma_results: dict, interp_results: dict
-) -> None:
-    _assert_passed(case, exp2_fma_results[case])
-    # the polynomial's error (7.5e-5 relative) shows in the LSE: the path ran, and within the same limits
-    assert exp2_fma_results[case]["checks"]["lse_abs_error"] != interp_results[case]["checks"]["lse_abs_error"]
