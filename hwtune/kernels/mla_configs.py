@@ -6,7 +6,7 @@ TRITON_ATTN): ``MlaConfig``, the ``auto`` tactic (``default_mla_config``), the `
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from hwtune.kernels.configs import cdiv, next_pow2, split_words
 
@@ -22,9 +22,7 @@ class MlaConfig:
     the output's 16-bit dtype instead of float32 (half their write and read traffic; merged in float32, as
     FlashInfer's MLA keeps its partials in the output dtype); ``tma``: latent tiles copied by TMA
     (``triton_mla.tma_unsupported`` says where that is possible: a 16-bit cache of whole pages, tiles inside one page,
-    Hopper or later); ``merge_here``: the splits merged inside the attention kernel by the last split of each
-    program's rows to finish (``split_kv.merge_if_last``, as TRITON_ATTN merges few decode splits), not by a second
-    kernel."""
+    Hopper or later)."""
 
     block_h: int
     block_t: int
@@ -34,7 +32,6 @@ class MlaConfig:
     num_stages: int
     half_partials: bool = False
     tma: bool = False
-    merge_here: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_h", "block_t", "block_n"):
@@ -47,17 +44,14 @@ class MlaConfig:
             raise ValueError(f"MlaConfig.num_splits must be in 1..{MAX_SPLITS}, got {self.num_splits}")
         if self.half_partials and self.num_splits == 1:
             raise ValueError("MlaConfig.half_partials needs num_splits > 1 (one split writes the output directly)")
-        if self.merge_here and self.num_splits == 1:
-            raise ValueError("MlaConfig.merge_here needs num_splits > 1 (one split has nothing to merge)")
 
     def name(self) -> str:
         """Short stable name kept in measurement records, e.g. ``h64-t1-n32-s8-w8-st2`` (``-p16``: half partials,
-        ``-tma``: TMA tiles, ``-mk``: splits merged in the kernel)."""
+        ``-tma``: TMA tiles)."""
         return (
             f"h{self.block_h}-t{self.block_t}-n{self.block_n}-s{self.num_splits}-w{self.num_warps}-st{self.num_stages}"
             + ("-p16" if self.half_partials else "")
             + ("-tma" if self.tma else "")
-            + ("-mk" if self.merge_here else "")
         )
 
 
@@ -85,10 +79,6 @@ def default_mla_config(
 _WARPS_STAGES = {16: ((4, 2), (4, 3), (8, 2)), 32: ((4, 2), (8, 2), (8, 3)), 64: ((8, 2), (8, 1), (4, 2))}
 
 
-#: The most splits whose configs the ``tuned`` search also tries merged in the kernel (``MlaConfig.merge_here``): the
-#: last split to finish reads every split's ``[rows, 512]`` partial one after another, which the merge kernel spreads
-#: over many programs.
-MERGE_HERE_MAX_SPLITS = 8
 #: The TMA tiles the ``tuned`` search adds (``mla_config_space``'s ``tma_page``): positions, (warps, stages).
 _TMA_BLOCK_N = 32
 _TMA_WARPS_STAGES = ((4, 3), (4, 4))
@@ -136,7 +126,7 @@ def mla_config_space(
         for splits in sorted({min(auto.num_splits, most), min(one_wave, most)}):
             for warps, stages in _TMA_WARPS_STAGES:
                 out.append(MlaConfig(auto.block_h, auto.block_t, _TMA_BLOCK_N, splits, warps, stages, tma=True))
-    return out + [replace(c, merge_here=True) for c in out if 1 < c.num_splits <= MERGE_HERE_MAX_SPLITS]
+    return out
 
 
 def workspace_size(

@@ -35,7 +35,7 @@ from hwtune.kernels._common import (
     store_result,
 )
 from hwtune.kernels._tma import tma_device_unsupported
-from hwtune.kernels.configs import MERGE_COUNTER_WORDS, cdiv
+from hwtune.kernels.configs import cdiv
 from hwtune.kernels.mla_configs import (  # the tactics live there; re-exported for the candidate and experiments
     _TMA_BLOCK_N,
     MlaConfig,
@@ -43,7 +43,7 @@ from hwtune.kernels.mla_configs import (  # the tactics live there; re-exported 
     mla_config_space,
     workspace_size,
 )
-from hwtune.kernels.split_kv import merge_if_last, merge_splits, split_buffers
+from hwtune.kernels.split_kv import merge_splits, split_buffers
 
 LATENT_DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn)
 
@@ -191,7 +191,6 @@ def _mla_decode_kernel(
     lse_ptr,
     part_o_ptr,
     part_lse_ptr,
-    counters_ptr,
     num_heads,
     n_qt,
     n_ht,
@@ -223,7 +222,6 @@ def _mla_decode_kernel(
     WRITE_LSE: tl.constexpr,
     F16_DOTS: tl.constexpr,
     TMA: tl.constexpr,
-    MERGE_HERE: tl.constexpr,
 ):
     rows_tok, head, row_ok, rows_pos, kv_end, first_pos, req, idle = _rows(
         qsl_ptr, seq_lens_ptr, num_heads, n_qt, n_ht, BLOCK_H, BLOCK_T, CAUSAL
@@ -256,12 +254,6 @@ def _mla_decode_kernel(
         part_lse_ptr, stride_ot, stride_oh, stride_lt, stride_lh, stride_ps, stride_pt, stride_ph, LORA, SPLIT,
         WRITE_LSE,
     )  # fmt: skip
-    if MERGE_HERE:  # one counter per program's rows: program_id(0) (``mla_decode`` checks they fit)
-        merge_if_last(
-            counters_ptr + tl.program_id(0), num_splits, part_o_ptr, part_lse_ptr, out_ptr, lse_ptr, rows_tok, head,
-            row_ok, offs_l, offs_l < LORA, stride_ps, stride_pt, stride_ph, stride_ot, stride_oh, stride_lt, stride_lh,
-            LORA, BLOCK_H * BLOCK_T, LORA, WRITE_LSE,
-        )  # fmt: skip
 
 
 # --- host side -----------------------------------------------------------------------------------------------
@@ -326,12 +318,10 @@ def mla_decode(
     if batch == 0 or tokens == 0:
         return config
     splits = config.num_splits
-    part_o, part_lse, counters = (
-        (out, out, out) if splits == 1 else _split_scratch(workspace, config, tokens, heads, kv_lora_rank, q)
+    part_o, part_lse = (
+        (out, out) if splits == 1 else _split_scratch(workspace, config, tokens, heads, kv_lora_rank, q)[:2]
     )
     n_qt, n_ht = cdiv(max_query_len, config.block_t), cdiv(heads, config.block_h)
-    # one arrival counter per program's rows; where they would not fit, the merge kernel merges instead
-    merge_here = config.merge_here and batch * n_qt * n_ht <= MERGE_COUNTER_WORDS
     lse_arg = lse if lse is not None else out
     scales = (float(softmax_scale) * float(kv_scale) * LOG2E, float(kv_scale))
     strides = (q.stride(0), q.stride(1), kv_cache.stride(0), kv_cache.stride(1), block_table.stride(0))
@@ -339,14 +329,14 @@ def mla_decode(
     strides += (part_lse.stride(0), part_lse.stride(1), part_lse.stride(2)) if splits > 1 else (0, 0, 0)
     descs = _latent_descriptors(q, kv_cache, config, kv_lora_rank) if config.tma else (kv_cache, kv_cache)
     _mla_decode_kernel[(batch * n_qt * n_ht, splits)](
-        q, kv_cache, block_table, seq_lens, query_start_loc, out, lse_arg, part_o, part_lse, counters,
+        q, kv_cache, block_table, seq_lens, query_start_loc, out, lse_arg, part_o, part_lse,
         heads, n_qt, n_ht, splits, *scales, *strides, *descs,
         LORA=kv_lora_rank, ROPE=rope, BLOCK_H=config.block_h, BLOCK_T=config.block_t, BLOCK_N=config.block_n,
         PAGE_SIZE=kv_cache.shape[1], CAUSAL=causal, SPLIT=splits > 1, WRITE_LSE=lse is not None,
         F16_DOTS=kv_cache.dtype == torch.float8_e4m3fn and q.dtype == torch.bfloat16, TMA=config.tma,
-        MERGE_HERE=merge_here, num_warps=config.num_warps, num_stages=config.num_stages,
+        num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
-    if splits > 1 and not merge_here:
+    if splits > 1:
         merge_splits(part_o, part_lse, out, lse, query_start_loc, batch)
     return config
 
@@ -392,9 +382,8 @@ def _split_scratch(
     workspace: torch.Tensor | None, config: MlaConfig, tokens: int, heads: int, lora: int, q: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The split-KV partials ``[splits, tokens, heads, lora]`` (float32, or the query's dtype with
-    ``config.half_partials``), ``[splits, tokens, heads]`` and the in-kernel merge's counters in ``workspace``
-    (allocated when none is given, its counters zeroed: sizes from host integers; a given one must have been allocated
-    zeroed, and every launch leaves its counters zero)."""
+    ``config.half_partials``) and ``[splits, tokens, heads]`` in ``workspace`` (allocated when none is given: sizes
+    from host integers)."""
     return split_buffers(
         workspace, splits=config.num_splits, num_tokens=tokens, num_heads=heads, head_size=lora, device=q.device,
         partial_dtype=q.dtype if config.half_partials else torch.float32,

@@ -44,8 +44,7 @@ class Case:
     page: int = 16
     ctx: tuple[int, ...] = (70, 5, 33)
     query_len: int = 1
-    config: tuple | None = None  # MlaConfig fields (block_h, block_t, block_n, splits, warps, stages[, half_p., tma,
-    # merge_here])
+    config: tuple | None = None  # MlaConfig fields (block_h, block_t, block_n, splits, warps, stages[, half_p., tma])
     causal: bool = True
     pad_tokens: int = 0
     scale_factor: float = 1.0  # != 1: call the kernel with a wrong softmax scale (the checks must fail)
@@ -75,12 +74,6 @@ CASES: dict[str, Case] = {
     "tma_page64_spec_lse": Case(
         page=64, query_len=2, ctx=(130, 7, 100), config=(16, 2, 32, 2, 4, 2, False, True), nan_tail=True
     ),
-    # the splits merged in the kernel by the last to finish (each such case runs twice on one workspace: the counters
-    # must be left zero)
-    "merge_here_splits": Case(page=48, ctx=(130, 7, 100), config=(16, 1, 16, 3, 4, 2, False, False, True)),
-    "merge_here_spec_lse_fp16": Case(dtype="float16", query_len=2, config=(16, 2, 16, 5, 4, 2, False, False, True)),
-    "merge_here_half_partials_padding": Case(pad_tokens=5, config=(16, 1, 16, 4, 4, 2, True, False, True)),
-    "merge_here_heads_24_spec": Case(heads=24, query_len=3, config=(32, 2, 16, 2, 4, 2, False, False, True)),
     "wrong_scale_is_caught": Case(scale_factor=math.sqrt(192 / 576)),  # the latent width's 1/sqrt(576)
 }
 #: Cases whose checks must fail: they show the checks can catch a broken kernel call.
@@ -108,24 +101,6 @@ GPU_CASES = {
     "tp8_half_partials": Case(
         heads=16, lora=512, rope=64, ctx=(12000, 700, 3000), page=16, config=(16, 1, 32, 16, 4, 2, True)
     ),
-    "tp8_merge_here": Case(
-        heads=16,
-        lora=512,
-        rope=64,
-        ctx=(12000, 700, 3000),
-        page=64,
-        config=(16, 1, 32, 8, 4, 2, False, False, True),
-        nan_tail=True,
-    ),  # fmt: skip
-    "tp8_merge_here_tma_many_splits": Case(
-        heads=16,
-        lora=512,
-        rope=64,
-        ctx=(3000, 77, 3000),
-        page=64,
-        config=(16, 1, 32, 33, 4, 3, False, True, True),
-        nan_tail=True,
-    ),  # fmt: skip
 }
 
 
@@ -153,30 +128,16 @@ def _problem(case: Case, device: str, seed: int = 0):  # noqa: ANN202 - MlaProbl
     return dataclasses.replace(p, causal=case.causal)
 
 
-def _workspace(case: Case, p) -> torch.Tensor | None:  # noqa: ANN001
-    """Exactly the scratch the case's config needs, NaN but for the in-kernel merge's counters (zero, as a workspace
-    allocated with ``torch.zeros`` starts)."""
-    from hwtune.kernels.configs import MERGE_COUNTER_WORDS
-    from hwtune.kernels.triton_mla import MlaConfig, workspace_size
-
-    cfg = MlaConfig(*case.config) if case.config else None
-    size = workspace_size(
-        num_tokens=p.num_tokens + case.pad_tokens, num_heads=case.heads, kv_lora_rank=case.lora,
-        num_splits=cfg.num_splits if cfg else 1, half_partials=cfg.half_partials if cfg else False,
-    )  # fmt: skip
-    if not size:
-        return None
-    ws = torch.full((size,), math.nan, dtype=torch.float32, device=p.q.device)
-    ws[:MERGE_COUNTER_WORDS].zero_()
-    return ws
-
-
-def _call(case: Case, p, out: torch.Tensor, lse: torch.Tensor, ws: torch.Tensor | None = None) -> None:  # noqa: ANN001
-    from hwtune.kernels.triton_mla import MlaConfig, mla_decode
+def _call(case: Case, p, out: torch.Tensor, lse: torch.Tensor) -> None:  # noqa: ANN001
+    from hwtune.kernels.triton_mla import MlaConfig, mla_decode, workspace_size
 
     tokens = p.num_tokens
     cfg = MlaConfig(*case.config) if case.config else None
-    ws = _workspace(case, p) if ws is None else ws
+    size = workspace_size(
+        num_tokens=tokens + case.pad_tokens, num_heads=case.heads, kv_lora_rank=case.lora,
+        num_splits=cfg.num_splits if cfg else 1, half_partials=cfg.half_partials if cfg else False,
+    )  # fmt: skip
+    ws = torch.empty(size, dtype=torch.float32, device=p.q.device) if size else None  # exactly what the config needs
     mla_decode(
         p.q, p.kv_cache, p.block_table, p.seq_lens, p.query_start_loc, max_query_len=p.max_query_len,
         max_seq_len=p.max_seq_len, out=out[: tokens + case.pad_tokens], lse=lse[: tokens + case.pad_tokens],
@@ -214,12 +175,7 @@ def run_case(case: Case, device: str) -> Checks:
     rows = p.num_tokens + case.pad_tokens
     out = torch.full((rows, case.heads, case.lora), math.nan, dtype=p.q.dtype, device=device)
     lse = torch.full((rows, case.heads), math.nan, device=device)
-    ws = _workspace(case, p)
-    merge_here = bool(case.config and len(case.config) > 8 and case.config[8])
-    for _call_no in range(2 if merge_here else 1):  # the second call finds the counters the first left
-        out.fill_(math.nan)
-        lse.fill_(math.nan)
-        _call(case, p, out, lse, ws)
+    _call(case, p, out, lse)
     ref_out, ref_lse = reference_attention(p)
     t = p.num_tokens
     rel, lse_tol = _tolerance(case)
@@ -232,10 +188,6 @@ def run_case(case: Case, device: str) -> Checks:
     }
     if case.pad_tokens:
         checks["padding_rows_written"] = (float((~torch.isnan(out[t:].float())).sum()), 0)
-    if merge_here:
-        from hwtune.kernels.configs import MERGE_COUNTER_WORDS
-
-        checks["counters_left_nonzero"] = (float((ws[:MERGE_COUNTER_WORDS].view(torch.int32) != 0).sum()), 0)
     return checks
 
 
@@ -323,20 +275,13 @@ def test_auto_config_rows_and_splits() -> None:
 
 def test_tuned_search_space_starts_with_auto_and_keeps_each_split_a_tile() -> None:
     """The ``tuned`` tactic's space: auto first, no duplicates, auto's rows everywhere, every split at least one KV
-    tile, both a one-split and a more-split config than auto's (where the context allows), and after the others each
-    config of 2 to ``MERGE_HERE_MAX_SPLITS`` splits once more with its splits merged in the kernel."""
-    from hwtune.kernels.mla_configs import MAX_SPLITS, MERGE_HERE_MAX_SPLITS, default_mla_config, mla_config_space
+    tile, and both a one-split and a more-split config than auto's (where the context allows)."""
+    from hwtune.kernels.mla_configs import MAX_SPLITS, default_mla_config, mla_config_space
 
     for heads, q_len, batch, ctx in ((16, 1, 2, 700), (16, 4, 8, 4096), (128, 1, 64, 8192), (16, 1, 1, 32768)):
         shape = dict(num_heads=heads, max_query_len=q_len, batch=batch, max_seq_len=ctx, sms=132)
         auto, space = default_mla_config(**shape), mla_config_space(**shape)
-        merged = [c for c in space if c.merge_here]
-        two_kernels = space[: len(space) - len(merged)]
-        assert not any(c.merge_here for c in two_kernels)
-        assert merged == [
-            dataclasses.replace(c, merge_here=True) for c in two_kernels if 1 < c.num_splits <= MERGE_HERE_MAX_SPLITS
-        ]
-        assert space[0] == auto and len(set(space)) == len(space) and len(two_kernels) <= 7 * 3 * 3  # splits x tiles
+        assert space[0] == auto and len(set(space)) == len(space) <= 7 * 3 * 3  # splits x tiles x (warps, stages)
         assert {(c.block_h, c.block_t) for c in space} == {(auto.block_h, auto.block_t)}
         assert all(c.num_splits * c.block_n <= max(ctx, c.block_n) for c in space)
         splits = {c.num_splits for c in space}
@@ -357,8 +302,7 @@ def test_tuned_space_adds_tma_tiles_only_on_pages_of_32_and_16_rows() -> None:
     assert {(c.block_n, c.num_splits, c.num_warps, c.num_stages) for c in tma} == {
         (32, s, 4, st) for s in (23, 33) for st in (3, 4)
     }  # auto's and the one-wave split count
-    two_kernels = [c for c in gathers if not c.merge_here]
-    assert mla_config_space(**shape, tma_page=64)[: len(two_kernels)] == two_kernels
+    assert mla_config_space(**shape, tma_page=64)[: len(gathers)] == gathers
     assert not any(c.tma for c in mla_config_space(**shape, tma_page=16))  # a 32-position tile spans two pages
     spec = dict(shape, max_query_len=2)  # 32 rows: not measured with TMA
     assert not any(c.tma for c in mla_config_space(**spec, tma_page=64))
@@ -394,14 +338,11 @@ def test_split_buffers_carve_partials_and_lses_apart_within_the_workspace_size(d
                 split_buffers(ws, splits=splits, num_tokens=tokens, num_heads=heads, head_size=width, device=ws.device)
 
 
-def test_half_partials_and_the_in_kernel_merge_need_several_splits() -> None:
+def test_half_partials_need_several_splits() -> None:
     from hwtune.kernels.triton_mla import MlaConfig
 
     with pytest.raises(ValueError, match="num_splits > 1"):
         MlaConfig(16, 1, 16, 1, 4, 2, half_partials=True)
-    with pytest.raises(ValueError, match="num_splits > 1"):
-        MlaConfig(16, 1, 16, 1, 4, 2, merge_here=True)
-    assert MlaConfig(16, 1, 32, 8, 4, 3, tma=True, merge_here=True).name() == "h16-t1-n32-s8-w4-st3-tma-mk"
 
 
 def test_tma_is_refused_where_a_tile_cannot_be_one_copy(monkeypatch: pytest.MonkeyPatch) -> None:
