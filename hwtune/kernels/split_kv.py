@@ -6,11 +6,13 @@ KV writes its normalised partial output and its LSE into one float32 workspace (
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 
-from hwtune.kernels._common import LaunchPlan, jit_workload_generic, num_sms
+from hwtune.kernels._common import LaunchPlan, interpreting, jit_workload_generic, num_sms
 from hwtune.kernels.configs import MERGE_COUNTER_WORDS, cdiv, is_decode_shape, next_pow2, split_words
 
 #: The split-KV merge's work per program: one (token, head) output, or a slice of it no narrower than
@@ -60,6 +62,7 @@ def _merge_kernel(
     BLOCK_D: tl.constexpr,
     CHUNK: tl.constexpr,
     WRITE_LSE: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     """out = sum_s exp(lse_s - lse) * o_s with lse = log sum_s exp(lse_s): exact for any split of the KV.
 
@@ -71,6 +74,8 @@ def _merge_kernel(
     d_blk = tl.program_id(2)
     if tok >= tl.load(qsl_ptr + batch):
         return  # padding tokens beyond the batch's queries are left untouched, like the unsplit path
+    if USE_PDL:  # launched early (``pdl_merge``): the attention kernel's partials are complete only past this wait
+        tl.extra.cuda.gdc_wait()
     base = tok.to(tl.int64) * stride_pt + head * stride_ph
     offs_s = tl.arange(0, CHUNK)
     offs_d = d_blk * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -170,6 +175,7 @@ def _merge_rows_kernel(
     BLOCK_D: tl.constexpr,
     BLOCK_R: tl.constexpr,
     WRITE_LSE: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     """The merge for many (token, head) rows (a prefill's split launch): one program per ``BLOCK_R`` consecutive rows
     (token-major), whole heads, one split a step (``_merge_rows``). Rows of padding tokens are left untouched."""
@@ -177,6 +183,8 @@ def _merge_rows_kernel(
     tok = r // num_heads
     head = r % num_heads
     row_ok = (r < num_rows) & (tok < tl.load(qsl_ptr + batch))
+    if USE_PDL:  # as in ``_merge_kernel``
+        tl.extra.cuda.gdc_wait()
     offs_d = tl.arange(0, BLOCK_D)
     _merge_rows(
         num_splits, part_o_ptr, part_lse_ptr, out_ptr, lse_ptr, tok, head, row_ok, offs_d, offs_d < HEAD_D,
@@ -319,6 +327,32 @@ def merge_block_d(num_tokens: int, num_heads: int, head_size: int, sms: int) -> 
     return whole // slices
 
 
+#: Launch the split merge as a programmatic dependent of the attention kernel (Hopper's PDL: the merge kernel is
+#: launched while the attention kernel's last programs finish, and waits for their partials in ``gdc_wait``); the
+#: attention kernels signal it once a program's KV loop is done (``pdl_trigger``). An experiment, measured against the
+#: plain launch by ``benchmarks/experiments/pdl_merge.py``.
+PDL_MERGE = True
+
+
+def pdl_merge(device: torch.device) -> bool:
+    """Whether the split merge is launched as a programmatic dependent (``PDL_MERGE``) on ``device``: SM 9.0 or later,
+    not in Triton's interpreter (which has no grid-dependency control)."""
+    return PDL_MERGE and device.type == "cuda" and not interpreting() and _major(device.index) >= 9
+
+
+@functools.lru_cache(maxsize=None)
+def _major(index: int | None) -> int:
+    return torch.cuda.get_device_capability(index)[0]
+
+
+@triton.jit
+def pdl_trigger(ENABLED: tl.constexpr):
+    """Called by an attention kernel's program once its KV loop is done: the dependent merge kernel (``pdl_merge``)
+    may be launched once every program has called it or exited."""
+    if ENABLED:
+        tl.extra.cuda.gdc_launch_dependents()
+
+
 def merge_splits(
     part_o: torch.Tensor,
     part_lse: torch.Tensor,
@@ -339,20 +373,22 @@ def merge_splits(
     if rows_per_program is not None and (rows_per_program < 1 or rows_per_program & (rows_per_program - 1)):
         raise ValueError(f"rows_per_program must be a power of two >= 1, got {rows_per_program}")
     rows = rows_per_program or merge_rows_per_program(num_tokens, num_heads, head_size, sms)
+    pdl = pdl_merge(out.device)
+    launch = {"USE_PDL": pdl, **({"launch_pdl": True} if pdl else {})}
     strides = (part_lse.stride(0), part_lse.stride(1), part_lse.stride(2), out.stride(0), out.stride(1))
     strides += (lse_arg.stride(0), lse_arg.stride(1))
     if rows > 1:
         _merge_rows_kernel[(cdiv(num_tokens * num_heads, rows),)](
             part_o, part_lse, out, lse_arg, query_start_loc, batch, splits, num_heads, num_tokens * num_heads,
             *strides, HEAD_D=head_size, BLOCK_D=next_pow2(head_size), BLOCK_R=rows, WRITE_LSE=lse is not None,
-            num_warps=4,
+            num_warps=4, **launch,
         )  # fmt: skip
         return
     block_d = merge_block_d(num_tokens, num_heads, head_size, sms)
     _merge_kernel[(num_tokens, num_heads, cdiv(head_size, block_d))](
         part_o, part_lse, out, lse_arg, query_start_loc, batch, splits, *strides,
         HEAD_D=head_size, BLOCK_D=block_d, CHUNK=max(2, min(MERGE_TILE // block_d, next_pow2(splits))),
-        WRITE_LSE=lse is not None, num_warps=4,
+        WRITE_LSE=lse is not None, num_warps=4, **launch,
     )  # fmt: skip
 
 
@@ -364,5 +400,7 @@ __all__ = [
     "merge_rows_per_program",
     "merge_splits",
     "merges_in_kernel",
+    "pdl_merge",
+    "pdl_trigger",
     "split_buffers",
 ]

@@ -54,7 +54,14 @@ from hwtune.kernels.configs import (
     workspace_size,
 )
 from hwtune.kernels.page_chunks import bt_chunk, chunk_pages, page_chunk
-from hwtune.kernels.split_kv import merge_if_last, merge_splits, merges_in_kernel, split_buffers
+from hwtune.kernels.split_kv import (
+    merge_if_last,
+    merge_splits,
+    merges_in_kernel,
+    pdl_merge,
+    pdl_trigger,
+    split_buffers,
+)
 
 KV_DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn)
 
@@ -213,6 +220,7 @@ def _paged_attn_kernel(
     MERGE_HERE: tl.constexpr,
     BT_CHUNK: tl.constexpr,
     BT_PAGES: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     pid_q, kv_head, split = program_coords(num_kv_heads, HEADS_FAST)
     tiles_left, req, rows_tok, rows_pos, head, row_ok, first_pos, kv_end = query_tile(
@@ -300,6 +308,7 @@ def _paged_attn_kernel(
             0,
             False,
         )
+    pdl_trigger(PDL)  # the merge kernel may launch now (``split_kv.pdl_merge``)
     acc = acc * v_scale
     store_result(
         acc,
@@ -525,6 +534,7 @@ def paged_attention(
         MERGE_HERE=merge_here,
         BT_CHUNK=chunk_tiles,
         BT_PAGES=chunk_entries,
+        PDL=splits > 1 and not merge_here and pdl_merge(q.device),
         num_warps=plan.num_warps,
         num_stages=plan.num_stages,
     )

@@ -43,7 +43,7 @@ from hwtune.kernels.mla_configs import (  # the tactics live there; re-exported 
     mla_config_space,
     workspace_size,
 )
-from hwtune.kernels.split_kv import merge_splits, split_buffers
+from hwtune.kernels.split_kv import merge_splits, pdl_merge, pdl_trigger, split_buffers
 
 LATENT_DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn)
 
@@ -222,6 +222,7 @@ def _mla_decode_kernel(
     WRITE_LSE: tl.constexpr,
     F16_DOTS: tl.constexpr,
     TMA: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     rows_tok, head, row_ok, rows_pos, kv_end, first_pos, req, idle = _rows(
         qsl_ptr, seq_lens_ptr, num_heads, n_qt, n_ht, BLOCK_H, BLOCK_T, CAUSAL
@@ -248,6 +249,7 @@ def _mla_decode_kernel(
             acc, m_i, l_i, q_nope, q_pe, cache_ptr, bt_row, j, kv_end, rows_pos, stride_cb, stride_ct, scale_log2,
             LORA, ROPE, BLOCK_N, PAGE_SIZE, True, desc_ckv, desc_kpe, TMA,
         )  # fmt: skip
+    pdl_trigger(PDL)  # the merge kernel may launch now (``split_kv.pdl_merge``)
     offs_l = tl.arange(0, LORA)
     store_result(
         acc * kv_scale, m_i, l_i, rows_tok, head, row_ok, offs_l, offs_l < LORA, split, out_ptr, lse_ptr, part_o_ptr,
@@ -334,7 +336,7 @@ def mla_decode(
         LORA=kv_lora_rank, ROPE=rope, BLOCK_H=config.block_h, BLOCK_T=config.block_t, BLOCK_N=config.block_n,
         PAGE_SIZE=kv_cache.shape[1], CAUSAL=causal, SPLIT=splits > 1, WRITE_LSE=lse is not None,
         F16_DOTS=kv_cache.dtype == torch.float8_e4m3fn and q.dtype == torch.bfloat16, TMA=config.tma,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        PDL=splits > 1 and pdl_merge(q.device), num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if splits > 1:
         merge_splits(part_o, part_lse, out, lse, query_start_loc, batch)
