@@ -9,6 +9,11 @@ CUDA graph (``mla_decode_gap.graph_us``, no L2 flush), measured off, on, off, on
 lower of each pair. ``identical``: the outputs with and without PDL are equal bit for bit (the same arithmetic).
 
     python benchmarks/experiments/pdl_merge.py [--out FILE.jsonl]   (CUDA GPU, SM 9.0+)
+
+Result (H200, 2026-11-29, commit 16a2ebd, where every split merge used PDL;
+``results/experiments/pdl_merge_h200_2026-11-29.jsonl``): the MLA calls 0.3-5 % faster at all 11 configs, TRITON_ATTN's
+decode -1.9 to +0.1 %, its split prefill -0.4 % and +3.2 %; since then TRITON_ATTN's prefill-style launches merge
+without PDL (``split_kv.PDL_MERGE``), so their rows here compare two equal launches (check out 16a2ebd to repeat them).
 """
 
 from __future__ import annotations

@@ -329,15 +329,25 @@ def merge_block_d(num_tokens: int, num_heads: int, head_size: int, sms: int) -> 
 
 #: Launch the split merge as a programmatic dependent of the attention kernel (Hopper's PDL: the merge kernel is
 #: launched while the attention kernel's last programs finish, and waits for their partials in ``gdc_wait``); the
-#: attention kernels signal it once a program's KV loop is done (``pdl_trigger``). An experiment, measured against the
-#: plain launch by ``benchmarks/experiments/pdl_merge.py``.
+#: attention kernel signals it once a program's KV loop is done (``pdl_trigger``). Measured on an H200 (2026-11-29,
+#: benchmarks/results/experiments/pdl_merge_h200_2026-11-29.jsonl, same process, same configs): HWTUNE_TRITON_MLA's
+#: calls 0.3-5 % faster at all 11 DeepSeek-V3 TP 8 decode configs, TRITON_ATTN's decode-style calls -1.9 to +0.1 % at
+#: four Qwen3-30B-A3B TP 4 shapes, its split prefill -0.4 % and +3.2 % at two: so the MLA kernel and TRITON_ATTN's
+#: decode-style launches use it, its prefill-style launches and TURBOQUANT (not measured) do not.
 PDL_MERGE = True
 
 
-def pdl_merge(device: torch.device) -> bool:
-    """Whether the split merge is launched as a programmatic dependent (``PDL_MERGE``) on ``device``: SM 9.0 or later,
-    not in Triton's interpreter (which has no grid-dependency control)."""
-    return PDL_MERGE and device.type == "cuda" and not interpreting() and _major(device.index) >= 9
+def pdl_merge(device: torch.device, max_query_len: int) -> bool:
+    """Whether a split launch's merge is a programmatic dependent (``PDL_MERGE``) on ``device``: decode-style launches
+    (``max_query_len`` a decode's: what was measured faster) on SM 9.0 or later, outside Triton's interpreter (which has
+    no grid-dependency control)."""
+    return (
+        PDL_MERGE
+        and is_decode_shape(max_query_len)
+        and device.type == "cuda"
+        and not interpreting()
+        and _major(device.index) >= 9
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -362,18 +372,19 @@ def merge_splits(
     batch: int,
     *,
     rows_per_program: int | None = None,
+    pdl: bool = False,
 ) -> None:
     """Combine the split-KV partials into ``out`` (and ``lse``) by their LSEs: exact for any split, and padding
     tokens past the batch's queries are left untouched. ``rows_per_program``: (token, head) rows one program merges
     (``merge_rows_per_program`` unless given; 1: one row, or a slice of it, per program, its splits a chunk at a
-    time)."""
+    time). ``pdl``: launched as a programmatic dependent of the attention kernel just before (``pdl_merge``), which
+    must have been launched with its ``pdl_trigger`` on."""
     splits, num_tokens, num_heads, head_size = part_o.shape
     lse_arg = lse if lse is not None else part_lse
     sms = num_sms(out.device)
     if rows_per_program is not None and (rows_per_program < 1 or rows_per_program & (rows_per_program - 1)):
         raise ValueError(f"rows_per_program must be a power of two >= 1, got {rows_per_program}")
     rows = rows_per_program or merge_rows_per_program(num_tokens, num_heads, head_size, sms)
-    pdl = pdl_merge(out.device)
     launch = {"USE_PDL": pdl, **({"launch_pdl": True} if pdl else {})}
     strides = (part_lse.stride(0), part_lse.stride(1), part_lse.stride(2), out.stride(0), out.stride(1))
     strides += (lse_arg.stride(0), lse_arg.stride(1))

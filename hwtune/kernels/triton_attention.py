@@ -476,6 +476,7 @@ def paged_attention(
     )
     splits = plan.num_splits
     merge_here = splits > 1 and merges_in_kernel(plan, max_query_len, num_kv_heads)
+    pdl = splits > 1 and not merge_here and pdl_merge(q.device, max_query_len)
     if splits > 1:
         part_o, part_lse, counters = split_buffers(
             workspace, splits=splits, num_tokens=num_tokens, num_heads=num_heads, head_size=head_size, device=q.device
@@ -534,12 +535,12 @@ def paged_attention(
         MERGE_HERE=merge_here,
         BT_CHUNK=chunk_tiles,
         BT_PAGES=chunk_entries,
-        PDL=splits > 1 and not merge_here and pdl_merge(q.device),
+        PDL=pdl,
         num_warps=plan.num_warps,
         num_stages=plan.num_stages,
     )
     if splits > 1 and not merge_here:
-        merge_splits(part_o, part_lse, out, lse, query_start_loc, batch)
+        merge_splits(part_o, part_lse, out, lse, query_start_loc, batch, pdl=pdl)
 
 
 __all__ = ["TritonAttnConfig", "config_space", "default_config", "paged_attention", "workspace_size"]

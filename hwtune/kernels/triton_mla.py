@@ -324,6 +324,7 @@ def mla_decode(
         (out, out) if splits == 1 else _split_scratch(workspace, config, tokens, heads, kv_lora_rank, q)[:2]
     )
     n_qt, n_ht = cdiv(max_query_len, config.block_t), cdiv(heads, config.block_h)
+    pdl = splits > 1 and pdl_merge(q.device, max_query_len)
     lse_arg = lse if lse is not None else out
     scales = (float(softmax_scale) * float(kv_scale) * LOG2E, float(kv_scale))
     strides = (q.stride(0), q.stride(1), kv_cache.stride(0), kv_cache.stride(1), block_table.stride(0))
@@ -336,10 +337,10 @@ def mla_decode(
         LORA=kv_lora_rank, ROPE=rope, BLOCK_H=config.block_h, BLOCK_T=config.block_t, BLOCK_N=config.block_n,
         PAGE_SIZE=kv_cache.shape[1], CAUSAL=causal, SPLIT=splits > 1, WRITE_LSE=lse is not None,
         F16_DOTS=kv_cache.dtype == torch.float8_e4m3fn and q.dtype == torch.bfloat16, TMA=config.tma,
-        PDL=splits > 1 and pdl_merge(q.device), num_warps=config.num_warps, num_stages=config.num_stages,
+        PDL=pdl, num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if splits > 1:
-        merge_splits(part_o, part_lse, out, lse, query_start_loc, batch)
+        merge_splits(part_o, part_lse, out, lse, query_start_loc, batch, pdl=pdl)
     return config
 
 

@@ -128,3 +128,29 @@ def test_merge_programs_take_several_rows_only_where_rows_are_plentiful() -> Non
     assert merge_rows_per_program(num_tokens=96, num_heads=32, head_size=96, sms=sms) == 4  # padded to 128
     assert merge_rows_per_program(num_tokens=384, num_heads=32, head_size=256, sms=sms) == 2
     assert merge_rows_per_program(num_tokens=128, num_heads=16, head_size=512, sms=sms) == 1  # MLA: the chunked kernel
+
+
+def test_the_merge_is_a_programmatic_dependent_only_on_hopper_or_later_outside_the_interpreter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+
+    from hwtune.kernels import split_kv
+
+    split_kv._major.cache_clear()
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (9, 0))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    cuda = torch.device("cuda", 0)
+    assert split_kv.pdl_merge(cuda, 1) and split_kv.pdl_merge(cuda, 4)  # decode, speculative decode
+    assert not split_kv.pdl_merge(cuda, 96)  # a prefill-style launch: measured slower at one of two shapes
+    assert not split_kv.pdl_merge(torch.device("cpu"), 1)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter has no grid-dependency control
+    assert not split_kv.pdl_merge(cuda, 1)
+    monkeypatch.delenv("TRITON_INTERPRET")
+    monkeypatch.setattr(split_kv, "PDL_MERGE", False)
+    assert not split_kv.pdl_merge(cuda, 1)
+    monkeypatch.setattr(split_kv, "PDL_MERGE", True)
+    split_kv._major.cache_clear()
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (8, 0))  # Ampere: no PDL
+    assert not split_kv.pdl_merge(cuda, 1)
+    split_kv._major.cache_clear()
