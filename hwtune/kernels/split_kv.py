@@ -340,14 +340,18 @@ PDL_MERGE = True
 def pdl_merge(device: torch.device, max_query_len: int) -> bool:
     """Whether a split launch's merge is a programmatic dependent (``PDL_MERGE``) on ``device``: decode-style launches
     (``max_query_len`` a decode's: what was measured faster) on SM 9.0 or later, outside Triton's interpreter (which has
-    no grid-dependency control)."""
+    no grid-dependency control), with a Triton that has it (3.3 or later: ``tl.extra.cuda.gdc_wait``)."""
     return (
         PDL_MERGE
+        and _TRITON_HAS_PDL
         and is_decode_shape(max_query_len)
         and device.type == "cuda"
         and not interpreting()
         and _major(device.index) >= 9
     )
+
+
+_TRITON_HAS_PDL = hasattr(getattr(getattr(tl, "extra", None), "cuda", None), "gdc_wait")
 
 
 @functools.lru_cache(maxsize=None)

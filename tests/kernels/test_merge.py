@@ -150,6 +150,9 @@ def test_the_merge_is_a_programmatic_dependent_only_on_hopper_or_later_outside_t
     monkeypatch.setattr(split_kv, "PDL_MERGE", False)
     assert not split_kv.pdl_merge(cuda, 1)
     monkeypatch.setattr(split_kv, "PDL_MERGE", True)
+    monkeypatch.setattr(split_kv, "_TRITON_HAS_PDL", False)  # a Triton without grid-dependency control
+    assert not split_kv.pdl_merge(cuda, 1)
+    monkeypatch.setattr(split_kv, "_TRITON_HAS_PDL", True)
     split_kv._major.cache_clear()
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (8, 0))  # Ampere: no PDL
     assert not split_kv.pdl_merge(cuda, 1)
