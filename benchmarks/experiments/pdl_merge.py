@@ -10,10 +10,11 @@ lower of each pair. ``identical``: the outputs with and without PDL are equal bi
 
     python benchmarks/experiments/pdl_merge.py [--out FILE.jsonl]   (CUDA GPU, SM 9.0+)
 
-Result (H200, 2026-11-29, commit 16a2ebd, where every split merge used PDL;
-``results/experiments/pdl_merge_h200_2026-11-29.jsonl``): the MLA calls 0.3-5 % faster at all 11 configs, TRITON_ATTN's
-decode -1.9 to +0.1 %, its split prefill -0.4 % and +3.2 %; since then TRITON_ATTN's prefill-style launches merge
-without PDL (``split_kv.PDL_MERGE``), so their rows here compare two equal launches (check out 16a2ebd to repeat them).
+Results: ``results/experiments/pdl_merge_h200_2026-11-29.jsonl`` (commit 16a2ebd, where every split merge used PDL),
+read in docs/kernels.md "The merge kernel as a programmatic dependent"; since then TRITON_ATTN's prefill-style launches
+merge without PDL (``split_kv.merges_as_dependent``), so their rows here compare two equal launches (check out 16a2ebd
+to repeat them). Rows whose launch has one split, or merges 2-4 decode splits in the attention kernel
+(``split_kv.merges_in_kernel``: Qwen3's 32 and 128 x 700), launch no merge kernel either way: they show the noise.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ GQA_SHAPES = [("decode", 32, 700, 1), ("decode", 128, 700, 1), ("decode", 8, 300
 
 def ab(runner) -> dict:  # noqa: ANN001
     """Off / on / off / on graph medians (the lower of each pair) and whether the outputs agree bit for bit."""
-    times, outs = {False: [], True: []}, {}
+    times, outs, before = {False: [], True: []}, {}, split_kv.PDL_MERGE
     for on in (False, True, False, True):
         split_kv.PDL_MERGE = on
         runner.out.fill_(float("nan"))
@@ -53,7 +54,7 @@ def ab(runner) -> dict:  # noqa: ANN001
         torch.cuda.synchronize()
         outs[on] = runner.out.clone()
         times[on].append(graph_us(runner.run))
-    split_kv.PDL_MERGE = True
+    split_kv.PDL_MERGE = before
     return {
         "off_us": round(min(times[False]), 2),
         "on_us": round(min(times[True]), 2),

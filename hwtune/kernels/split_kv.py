@@ -74,7 +74,7 @@ def _merge_kernel(
     d_blk = tl.program_id(2)
     if tok >= tl.load(qsl_ptr + batch):
         return  # padding tokens beyond the batch's queries are left untouched, like the unsplit path
-    if USE_PDL:  # launched early (``pdl_merge``): the attention kernel's partials are complete only past this wait
+    if USE_PDL:  # launched early (``merges_as_dependent``): the partials are complete only past this wait
         tl.extra.cuda.gdc_wait()
     base = tok.to(tl.int64) * stride_pt + head * stride_ph
     offs_s = tl.arange(0, CHUNK)
@@ -329,40 +329,37 @@ def merge_block_d(num_tokens: int, num_heads: int, head_size: int, sms: int) -> 
 
 #: Launch the split merge as a programmatic dependent of the attention kernel (Hopper's PDL: the merge kernel is
 #: launched while the attention kernel's last programs finish, and waits for their partials in ``gdc_wait``); the
-#: attention kernel signals it once a program's KV loop is done (``pdl_trigger``). Measured on an H200 (2026-11-29,
-#: benchmarks/results/experiments/pdl_merge_h200_2026-11-29.jsonl, same process, same configs): HWTUNE_TRITON_MLA's
-#: calls 0.3-5 % faster at all 11 DeepSeek-V3 TP 8 decode configs, TRITON_ATTN's decode-style calls -1.9 to +0.1 % at
-#: four Qwen3-30B-A3B TP 4 shapes, its split prefill -0.4 % and +3.2 % at two: so the MLA kernel and TRITON_ATTN's
-#: decode-style launches use it, its prefill-style launches and TURBOQUANT (not measured) do not.
+#: attention kernel signals it once a program's KV loop is done (``pdl_trigger``). Where it is used and why (measured on
+#: an H200, decode-style launches only): docs/kernels.md, "The merge kernel as a programmatic dependent".
 PDL_MERGE = True
+#: Triton has grid-dependency control (``tl.extra.cuda.gdc_wait`` and the ``launch_pdl`` launch option: 3.4 or later).
+_TRITON_HAS_PDL = hasattr(getattr(getattr(tl, "extra", None), "cuda", None), "gdc_wait")
 
 
-def pdl_merge(device: torch.device, max_query_len: int) -> bool:
-    """Whether a split launch's merge is a programmatic dependent (``PDL_MERGE``) on ``device``: decode-style launches
-    (``max_query_len`` a decode's: what was measured faster) on SM 9.0 or later, outside Triton's interpreter (which has
-    no grid-dependency control), with a Triton that has it (3.3 or later: ``tl.extra.cuda.gdc_wait``)."""
+def merges_as_dependent(device: torch.device, max_query_len: int) -> bool:
+    """Whether a split launch's merge kernel is a programmatic dependent of its attention kernel (``PDL_MERGE``):
+    decode-style launches (``max_query_len`` a decode's, speculative decode included), on an NVIDIA GPU of SM 9.0 or
+    later (ROCm reports its devices as ``cuda`` too), outside Triton's interpreter, with a Triton that has it."""
     return (
         PDL_MERGE
         and _TRITON_HAS_PDL
         and is_decode_shape(max_query_len)
         and device.type == "cuda"
+        and torch.version.hip is None
         and not interpreting()
-        and _major(device.index) >= 9
+        and _major(device.index if device.index is not None else torch.cuda.current_device()) >= 9
     )
 
 
-_TRITON_HAS_PDL = hasattr(getattr(getattr(tl, "extra", None), "cuda", None), "gdc_wait")
-
-
 @functools.lru_cache(maxsize=None)
-def _major(index: int | None) -> int:
+def _major(index: int) -> int:
     return torch.cuda.get_device_capability(index)[0]
 
 
 @triton.jit
 def pdl_trigger(ENABLED: tl.constexpr):
-    """Called by an attention kernel's program once its KV loop is done: the dependent merge kernel (``pdl_merge``)
-    may be launched once every program has called it or exited."""
+    """Called by an attention kernel's program once its KV loop is done: the dependent merge kernel
+    (``merges_as_dependent``) may be launched once every program has called it or exited."""
     if ENABLED:
         tl.extra.cuda.gdc_launch_dependents()
 
@@ -381,14 +378,17 @@ def merge_splits(
     """Combine the split-KV partials into ``out`` (and ``lse``) by their LSEs: exact for any split, and padding
     tokens past the batch's queries are left untouched. ``rows_per_program``: (token, head) rows one program merges
     (``merge_rows_per_program`` unless given; 1: one row, or a slice of it, per program, its splits a chunk at a
-    time). ``pdl``: launched as a programmatic dependent of the attention kernel just before (``pdl_merge``), which
-    must have been launched with its ``pdl_trigger`` on."""
+    time). ``pdl``: launched as a programmatic dependent of the kernel just before it in the stream
+    (``merges_as_dependent``): its programs read ``query_start_loc`` before ``gdc_wait`` and everything else after, so
+    that kernel must not write ``query_start_loc``; its ``pdl_trigger`` only lets the merge launch earlier (a kernel
+    that never triggers does so when it exits)."""
     splits, num_tokens, num_heads, head_size = part_o.shape
     lse_arg = lse if lse is not None else part_lse
     sms = num_sms(out.device)
     if rows_per_program is not None and (rows_per_program < 1 or rows_per_program & (rows_per_program - 1)):
         raise ValueError(f"rows_per_program must be a power of two >= 1, got {rows_per_program}")
     rows = rows_per_program or merge_rows_per_program(num_tokens, num_heads, head_size, sms)
+    # ``launch_pdl`` only when on: a Triton without PDL (before 3.4) takes it for a kernel argument
     launch = {"USE_PDL": pdl, **({"launch_pdl": True} if pdl else {})}
     strides = (part_lse.stride(0), part_lse.stride(1), part_lse.stride(2), out.stride(0), out.stride(1))
     strides += (lse_arg.stride(0), lse_arg.stride(1))
@@ -415,7 +415,7 @@ __all__ = [
     "merge_rows_per_program",
     "merge_splits",
     "merges_in_kernel",
-    "pdl_merge",
+    "merges_as_dependent",
     "pdl_trigger",
     "split_buffers",
 ]

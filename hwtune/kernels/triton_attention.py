@@ -57,8 +57,8 @@ from hwtune.kernels.page_chunks import bt_chunk, chunk_pages, page_chunk
 from hwtune.kernels.split_kv import (
     merge_if_last,
     merge_splits,
+    merges_as_dependent,
     merges_in_kernel,
-    pdl_merge,
     pdl_trigger,
     split_buffers,
 )
@@ -308,7 +308,7 @@ def _paged_attn_kernel(
             0,
             False,
         )
-    pdl_trigger(PDL)  # the merge kernel may launch now (``split_kv.pdl_merge``)
+    pdl_trigger(PDL)  # the merge kernel may launch now (``split_kv.merges_as_dependent``)
     acc = acc * v_scale
     store_result(
         acc,
@@ -476,7 +476,7 @@ def paged_attention(
     )
     splits = plan.num_splits
     merge_here = splits > 1 and merges_in_kernel(plan, max_query_len, num_kv_heads)
-    pdl = splits > 1 and not merge_here and pdl_merge(q.device, max_query_len)
+    pdl = splits > 1 and not merge_here and merges_as_dependent(q.device, max_query_len)
     if splits > 1:
         part_o, part_lse, counters = split_buffers(
             workspace, splits=splits, num_tokens=num_tokens, num_heads=num_heads, head_size=head_size, device=q.device

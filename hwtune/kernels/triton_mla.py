@@ -43,7 +43,7 @@ from hwtune.kernels.mla_configs import (  # the tactics live there; re-exported 
     mla_config_space,
     workspace_size,
 )
-from hwtune.kernels.split_kv import merge_splits, pdl_merge, pdl_trigger, split_buffers
+from hwtune.kernels.split_kv import merge_splits, merges_as_dependent, pdl_trigger, split_buffers
 
 LATENT_DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn)
 
@@ -249,7 +249,7 @@ def _mla_decode_kernel(
             acc, m_i, l_i, q_nope, q_pe, cache_ptr, bt_row, j, kv_end, rows_pos, stride_cb, stride_ct, scale_log2,
             LORA, ROPE, BLOCK_N, PAGE_SIZE, True, desc_ckv, desc_kpe, TMA,
         )  # fmt: skip
-    pdl_trigger(PDL)  # the merge kernel may launch now (``split_kv.pdl_merge``)
+    pdl_trigger(PDL)  # the merge kernel may launch now (``split_kv.merges_as_dependent``)
     offs_l = tl.arange(0, LORA)
     store_result(
         acc * kv_scale, m_i, l_i, rows_tok, head, row_ok, offs_l, offs_l < LORA, split, out_ptr, lse_ptr, part_o_ptr,
@@ -324,7 +324,7 @@ def mla_decode(
         (out, out) if splits == 1 else _split_scratch(workspace, config, tokens, heads, kv_lora_rank, q)[:2]
     )
     n_qt, n_ht = cdiv(max_query_len, config.block_t), cdiv(heads, config.block_h)
-    pdl = splits > 1 and pdl_merge(q.device, max_query_len)
+    pdl = splits > 1 and merges_as_dependent(q.device, max_query_len)
     lse_arg = lse if lse is not None else out
     scales = (float(softmax_scale) * float(kv_scale) * LOG2E, float(kv_scale))
     strides = (q.stride(0), q.stride(1), kv_cache.stride(0), kv_cache.stride(1), block_table.stride(0))

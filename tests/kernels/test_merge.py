@@ -3,7 +3,9 @@ logsumexp merge: more splits than one chunk of the kernel's loop (so the running
 chunks), LSEs whose exponentials overflow float32 unless the maximum is subtracted, head sizes that are and are not
 a multiple of the kernel's head slice, several (token, head) rows a program (``_merge_rows_kernel``, a last block
 part padding), 16-bit partials, splits that saw no KV (LSE -inf; a whole first chunk of
-them), a row no split saw (output 0, LSE -inf) and padding tokens past the batch left untouched."""
+them), a row no split saw (output 0, LSE -inf) and padding tokens past the batch left untouched. Besides: the merge
+kernel's launch geometry, where it is a programmatic dependent of the attention kernel (``merges_as_dependent``), and
+both kernels compiled for SM 9.0 (no GPU needed) reading nothing the attention kernel writes before they wait."""
 
 from __future__ import annotations
 
@@ -137,23 +139,59 @@ def test_the_merge_is_a_programmatic_dependent_only_on_hopper_or_later_outside_t
 
     from hwtune.kernels import split_kv
 
-    split_kv._major.cache_clear()
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (9, 0))
+    monkeypatch.setattr(split_kv, "_TRITON_HAS_PDL", True)
+    monkeypatch.setattr(split_kv, "_major", lambda index: 9)  # an H100 / H200
+    monkeypatch.setattr(torch.version, "hip", None)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     cuda = torch.device("cuda", 0)
-    assert split_kv.pdl_merge(cuda, 1) and split_kv.pdl_merge(cuda, 4)  # decode, speculative decode
-    assert not split_kv.pdl_merge(cuda, 96)  # a prefill-style launch: measured slower at one of two shapes
-    assert not split_kv.pdl_merge(torch.device("cpu"), 1)
-    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter has no grid-dependency control
-    assert not split_kv.pdl_merge(cuda, 1)
-    monkeypatch.delenv("TRITON_INTERPRET")
-    monkeypatch.setattr(split_kv, "PDL_MERGE", False)
-    assert not split_kv.pdl_merge(cuda, 1)
-    monkeypatch.setattr(split_kv, "PDL_MERGE", True)
-    monkeypatch.setattr(split_kv, "_TRITON_HAS_PDL", False)  # a Triton without grid-dependency control
-    assert not split_kv.pdl_merge(cuda, 1)
-    monkeypatch.setattr(split_kv, "_TRITON_HAS_PDL", True)
-    split_kv._major.cache_clear()
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (8, 0))  # Ampere: no PDL
-    assert not split_kv.pdl_merge(cuda, 1)
-    split_kv._major.cache_clear()
+    dependent = split_kv.merges_as_dependent
+    assert dependent(cuda, 1) and dependent(cuda, 4)  # decode, speculative decode
+    assert not dependent(cuda, 96)  # a prefill-style launch: measured slower at one of two shapes
+    assert not dependent(torch.device("cpu"), 1)
+    with monkeypatch.context() as m:
+        m.setenv("TRITON_INTERPRET", "1")  # the interpreter has no grid-dependency control
+        assert not dependent(cuda, 1)
+    with monkeypatch.context() as m:
+        m.setattr(split_kv, "PDL_MERGE", False)
+        assert not dependent(cuda, 1)
+    with monkeypatch.context() as m:
+        m.setattr(split_kv, "_TRITON_HAS_PDL", False)  # a Triton without grid-dependency control
+        assert not dependent(cuda, 1)
+    with monkeypatch.context() as m:
+        m.setattr(torch.version, "hip", "6.4")  # ROCm reports its GPUs as cuda devices
+        assert not dependent(cuda, 1)
+    monkeypatch.setattr(split_kv, "_major", lambda index: 8)  # Ampere: no PDL
+    assert not dependent(cuda, 1)
+
+
+def _merge_ptx(kernel, **constexprs: object) -> str:  # noqa: ANN001
+    """PTX of one merge kernel compiled for SM 9.0 on this machine (no GPU needed)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    ptrs = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32", "qsl_ptr": "*i32"}
+    names = kernel.arg_names
+    signature = {n: ptrs.get(n, "constexpr" if n in constexprs else "i32") for n in names}
+    values = {(i,): constexprs[n] for i, n in enumerate(names) if n in constexprs}
+    compiled = triton.compile(
+        ASTSource(fn=kernel, signature=signature, constexprs=values), target=GPUTarget("cuda", 90, 32)
+    )
+    return compiled.asm["ptx"]
+
+
+@pytest.mark.parametrize("rows_kernel", [False, True])
+def test_the_dependent_merge_reads_only_the_query_counts_before_it_waits(rows_kernel: bool) -> None:
+    """Compiled for SM 9.0: with ``USE_PDL`` every global load but the query count (``qsl[batch]``, which the attention
+    kernel does not write) comes after ``griddepcontrol.wait``; without it there is no grid-dependency control."""
+    pytest.importorskip("triton.backends.compiler")
+    from hwtune.kernels import split_kv
+
+    if rows_kernel:
+        kernel, sizes = split_kv._merge_rows_kernel, dict(HEAD_D=128, BLOCK_D=128, BLOCK_R=4, WRITE_LSE=True)
+    else:
+        kernel, sizes = split_kv._merge_kernel, dict(HEAD_D=512, BLOCK_D=256, CHUNK=8, WRITE_LSE=True)
+    ptx = _merge_ptx(kernel, **sizes, USE_PDL=True)
+    wait = ptx.index("griddepcontrol.wait")
+    assert ptx[:wait].count("ld.global") == 1 and ptx[wait:].count("ld.global") > 1
+    assert "griddepcontrol" not in _merge_ptx(kernel, **sizes, USE_PDL=False)
