@@ -85,27 +85,34 @@ ROBUST_NEIGHBOURS = 4
 MAX_CHUNK = 32768
 
 
-def _grid(phase: str, max_batch: int, max_context: int) -> list[tuple[int, int, MixPoint]]:
+def _grid(phase: str, max_batch: int, max_context: int) -> list[tuple[int, int, MixPoint, tuple[MixPoint, ...]]]:
     """The cells of one phase (``cell_bounds`` on each axis) as (row bound, context bound, the shape at the cell's
-    geometric centre): decode rows are batch sizes, prefill rows chunk lengths (cells with the chunk above the
-    context left out), all2all rows tokens per rank."""
+    geometric centre, the shapes at its four corners): decode rows are batch sizes, prefill rows chunk lengths (cells
+    with the chunk above the context left out; a corner's chunk at most its context), all2all rows tokens per rank."""
     if phase == "prefill":
         rows = cell_bounds(16, max(16, min(max_context, MAX_CHUNK)))
     else:
         rows = cell_bounds(1, max(1, max_batch))
     contexts = [1] if phase == "dispatch_combine" else cell_bounds(16, max(16, max_context))
     row_centre, ctx_centre = _centres(rows), _centres(contexts)
+    row_low, ctx_low = _lows(rows), _lows(contexts)
     cells = []
     for rm in rows:
         for cm in contexts:
-            r, c = row_centre[rm], ctx_centre[cm]
-            if phase == "prefill":
-                if rm > cm:
-                    continue
-                cells.append((rm, cm, MixPoint(phase, 1, c, 1.0, min(r, c))))
-            else:
-                cells.append((rm, cm, MixPoint(phase, r, c, 1.0, 1)))
+            if phase == "prefill" and rm > cm:
+                continue
+            shape = [(r, c) for r in (row_low[rm], rm) for c in (ctx_low[cm], cm)]
+            centre, corners = _shape(phase, row_centre[rm], ctx_centre[cm]), (_shape(phase, r, c) for r, c in shape)
+            cells.append((rm, cm, centre, tuple(corners)))
     return cells
+
+
+def _shape(phase: str, row: int, context: int) -> MixPoint:
+    """The mix point of one (row, context) of the grid: a prefill of ``row`` new tokens (at most the context) by one
+    request, or a batch of ``row`` decoding requests (one token each), or ``row`` tokens per rank."""
+    if phase == "prefill":
+        return MixPoint(phase, 1, context, 1.0, min(row, context))
+    return MixPoint(phase, row, context, 1.0, 1)
 
 
 def _centres(bounds: Sequence[int]) -> dict[int, int]:
@@ -117,6 +124,11 @@ def _centres(bounds: Sequence[int]) -> dict[int, int]:
     return out
 
 
+def _lows(bounds: Sequence[int]) -> dict[int, int]:
+    """Each cell's smallest value: one above the bound below it (the first cell: its bound)."""
+    return {bounds[0]: bounds[0]} | {b: lo + 1 for lo, b in zip(bounds, bounds[1:])}
+
+
 def _box(tactics: Mapping[str, Sequence[Point]], phase: str) -> tuple[float, float, float, float]:
     """(min x, max x, min y, max y) of every shape measured for the phase, in ``_coords``."""
     coords = [shape_coords(phase, p.batch, p.context, p.query_len) for pts in tactics.values() for p in pts]
@@ -126,6 +138,8 @@ def _box(tactics: Mapping[str, Sequence[Point]], phase: str) -> tuple[float, flo
 
 #: Tactics within this factor of the best at the nearest measured shape count as tied there.
 TIE = 1.05
+#: Tactics tied at a cell's centre are compared over its corners too (``cell_minimax``); off: at the centre alone.
+CELL_TIE_BREAK = True
 
 
 def shared_shapes(tactics: Mapping[str, Sequence[Point]], names: Sequence[str]) -> set[tuple[int, int, int]]:
@@ -176,24 +190,52 @@ def shared_estimates(
     return ests if len(ests) == len(tied) else None
 
 
-def shared_best(tactics: Mapping[str, Sequence[Point]], tied: Sequence[str], mp: MixPoint) -> str | None:
-    """Of ``tied`` tactics (estimates within ``TIE`` of each other at ``mp``), the cheapest by ``shared_estimates``;
-    None where those cannot be made."""
-    ests = shared_estimates(tactics, tied, mp)
-    return min(ests, key=lambda t: (ests[t], t)) if ests else None
+def tied_estimates(tactics: Mapping[str, Sequence[Point]], tied: Sequence[str], mp: MixPoint) -> dict[str, float]:
+    """Each of ``tied`` tactics' estimate at ``mp`` for comparing them: from the shapes all of them were measured at
+    (``shared_estimates``) where there are two, else from each one's own (empty where one has none)."""
+    shared = shared_estimates(tactics, tied, mp)
+    if shared is not None:
+        return shared
+    own = {t: e[0] for t in tied if (e := estimate(tactics[t], mp)) is not None}
+    return own if len(own) == len(tied) else {}
 
 
-def _best_tactic(tactics: Mapping[str, Sequence[Point]], mp: MixPoint) -> tuple[str, float, bool] | None:
+def cell_minimax(
+    tied: Sequence[str], shapes: Sequence[MixPoint], estimates: Callable[[MixPoint], Mapping[str, float]]
+) -> str:
+    """Of ``tied`` tactics (within ``TIE`` of each other at a cell's centre, ``shapes[0]``), the one whose worst
+    estimated ratio to the cheapest of them over ``shapes`` (the centre and the cell's corners) is smallest; equal
+    worsts: the cheaper at the centre. ``estimates(shape)``: each tied tactic's estimate there (``tied_estimates``).
+
+    WHY: a cell's tactic serves every shape in it, and two tactics tied at the centre can part a long way inside the
+    cell. On an H200 (DeepSeek-V3 TP 8, 64-token pages, 2026-11-28 and -29) FlashInfer's mha-fa2 and mha-fa3 came
+    within 1 % at the centre of the prefill cell of 257-512-token chunks on 4097-8192 cached tokens while their
+    estimated ratio ran from 0.75 to 1.46 over its corners; the cheaper at the centre, fa2, ran 384 tokens on 6000
+    cached at 1.12x fa3. Re-scored on 30 committed stores of 12 models (docs/tuning.md "Tied tactics over
+    the cell")."""
+    at = [estimates(shape) for shape in shapes]
+    worst = dict.fromkeys(tied, 1.0)
+    for ests in at:
+        if len(ests) == len(tied):
+            floor = min(ests.values())
+            worst = {t: max(worst[t], ests[t] / floor) for t in tied}
+    centre = at[0] if len(at[0]) == len(tied) else dict.fromkeys(tied, 0.0)
+    return min(tied, key=lambda t: (worst[t], centre[t], t))
+
+
+def _best_tactic(
+    tactics: Mapping[str, Sequence[Point]], mp: MixPoint, corners: Sequence[MixPoint] = ()
+) -> tuple[str, float, bool] | None:
     """(tactic, latency, exact) for one cell: the cheapest estimate inside the measured range, tactics within ``TIE``
-    of it compared again on the shapes all of them were measured at (``shared_best``) unless one of them was measured at
-    the cell's centre; the robust tactic beyond it."""
+    of it compared over the cell (``cell_minimax`` on ``tied_estimates`` at the centre and ``corners``) unless one of
+    them was measured at the cell's centre; the robust tactic beyond it."""
     ests = {t: e for t, pts in sorted(tactics.items()) if (e := estimate(pts, mp)) is not None}
     if not ests:
         return None
     best = min(ests, key=lambda t: ests[t][0])
     tied = [t for t in ests if ests[t][0] <= TIE * ests[best][0]]
     if len(tied) > 1 and not any(ests[t][1] for t in tied):  # a measurement at the cell's centre stands
-        best = shared_best(tactics, tied, mp) or best
+        best = cell_minimax(tied, (mp, *corners), lambda shape: tied_estimates(tactics, tied, shape))
     robust = robust_tactic(tactics, mp)
     if robust is not None and robust in ests:
         best = robust
@@ -226,7 +268,9 @@ def dispatch_table(
     for (b, t, p), pts in ev.points.items():
         if b == backend and (phases is None or p in phases):
             by_phase.setdefault(p, {})[t] = pts
-    return table_with(sorted(by_phase), lambda mp: _best_tactic(by_phase[mp.phase], mp), max_batch, max_context)
+    return table_with(
+        sorted(by_phase), lambda mp, corners=(): _best_tactic(by_phase[mp.phase], mp, corners), max_batch, max_context
+    )
 
 
 def table_with(
@@ -235,14 +279,14 @@ def table_with(
     max_batch: int,
     max_context: int,
 ) -> tuple[DispatchEntry, ...]:
-    """The grid of ``dispatch_table`` with any per-cell choice (``choose``: (tactic, latency, exact) at a cell's
-    centre; one spec's, or several layer kinds' weighted together)."""
+    """The grid of ``dispatch_table`` with any per-cell choice (``choose(centre, corners)``: (tactic, latency, exact)
+    for the cell; one spec's, or several layer kinds' weighted together)."""
     from hwtune.selector.selection import DispatchEntry
 
     out: list[DispatchEntry] = []
     for phase in phases:
-        for rm, cm, mp in _grid(phase, max_batch, max_context):
-            best = choose(mp)
+        for rm, cm, mp, corners in _grid(phase, max_batch, max_context):
+            best = choose(mp, corners if CELL_TIE_BREAK else ())
             if best is not None:
                 tactic, latency, exact = best
                 source = "measured" if exact else "interpolated"

@@ -181,7 +181,9 @@ class Layered:
         at, tactics = self.at(backend), self.tactics(backend)
         phases = sorted({p for ev, _ in self.kinds for (b, _t, p) in ev.points if b == backend})
 
-        def choose(mp: MixPoint) -> tuple[str, float, bool] | None:
+        def choose(mp: MixPoint, corners: Sequence[MixPoint] = ()) -> tuple[str, float, bool] | None:
+            # ties at the centre alone: comparing over the cell's corners (dispatch.cell_minimax) was re-scored worse on
+            # a store with two layer kinds (Gemma-2-9B, docs/tuning.md "Tied tactics over the cell"): ``corners`` unused
             ests = {t: e for t in tactics if (e := at(t, mp)) is not None}
             if not ests:
                 return None

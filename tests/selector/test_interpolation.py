@@ -158,11 +158,35 @@ def test_a_measurement_at_the_cell_centre_is_not_overruled_by_shared_shapes() ->
 
 def test_without_two_shared_shapes_the_cheapest_estimate_stands() -> None:
     """Tied tactics measured at one common shape only: no comparison on shared shapes, the cheapest estimate wins."""
-    from hwtune.selector.dispatch import _best_tactic, shared_best
+    from hwtune.selector.dispatch import _best_tactic, shared_estimates, tied_estimates
 
     a = [Point(32, 4096, 1, 100.0, 1), Point(64, 16384, 1, 400.0, 1)]
     b = [Point(32, 4096, 1, 101.0, 1), Point(64, 8192, 1, 220.0, 1), Point(64, 32768, 1, 800.0, 1)]
     mp = MixPoint("decode", 45, 11585, 1.0)
-    assert shared_best({"a": a, "b": b}, ["a", "b"], mp) is None
+    assert shared_estimates({"a": a, "b": b}, ["a", "b"], mp) is None
     ests = {t: estimate(p, mp)[0] for t, p in (("a", a), ("b", b))}
+    assert tied_estimates({"a": a, "b": b}, ["a", "b"], mp) == ests  # each from its own shapes
     assert _best_tactic({"a": a, "b": b}, mp)[0] == min(ests, key=ests.get)
+
+
+def test_tactics_tied_at_a_cells_centre_are_compared_over_its_corners() -> None:
+    """FlashInfer's MLA prefill on an H200 (DeepSeek-V3 TP 8, 64-token pages, 2026-11-29; us, a subset of the default
+    tune's store): mha-fa2 splits the KV of short chunks on long prefixes, mha-fa3 does not, so fa2 wins 128-256-token
+    chunks on 8192 cached tokens and fa3 362 tokens and more. At the centre of the cell of 257-512-token chunks on
+    4097-8192 tokens the two come within 1 %; over the cell's corners fa2 loses up to 1.46x and fa3 1.33x. The table
+    takes fa3, which ran 384 tokens on 6000 cached at 87.3 us against fa2's 98.2 (the oracle of that run)."""
+    from hwtune.selector.dispatch import _best_tactic, _grid
+
+    fa2 = {(1, 128, 128): 12.6, (1, 512, 512): 40.2, (1, 991, 128): 20.5, (1, 8320, 128): 51.2,
+           (1, 8448, 256): 83.2, (1, 8554, 362): 122.0, (1, 8704, 512): 150.7, (1, 11947, 362): 159.1,
+           (1, 10240, 2048): 539.7, (1, 2048, 2048): 117.8}  # fmt: skip
+    fa3 = {(1, 128, 128): 10.0, (1, 512, 512): 17.2, (1, 991, 128): 21.2, (1, 8320, 128): 107.5,
+           (1, 8448, 256): 111.3, (1, 8554, 362): 114.9, (1, 8704, 512): 118.4, (1, 11947, 362): 156.7,
+           (1, 10240, 2048): 289.4, (1, 2048, 2048): 60.0}  # fmt: skip
+    tactics = {"mha-fa2": pts(fa2), "mha-fa3": pts(fa3)}
+    centre, corners = next((mp, c) for rm, cm, mp, c in _grid("prefill", 1, 16384) if (rm, cm) == (512, 8192))
+    e2, e3 = (estimate(tactics[t], centre)[0] for t in ("mha-fa2", "mha-fa3"))
+    assert e2 < e3 < 1.05 * e2  # tied at the centre, fa2 the cheaper
+    assert {(c.query_len, c.context) for c in corners} == {(257, 4097), (512, 4097), (257, 8192), (512, 8192)}
+    assert _best_tactic(tactics, centre)[0] == "mha-fa2"  # the centre alone
+    assert _best_tactic(tactics, centre, corners)[0] == "mha-fa3"
