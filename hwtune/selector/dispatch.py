@@ -87,13 +87,17 @@ MAX_CHUNK = 32768
 
 def _grid(phase: str, max_batch: int, max_context: int) -> list[tuple[int, int, MixPoint, tuple[MixPoint, ...]]]:
     """The cells of one phase (``cell_bounds`` on each axis) as (row bound, context bound, the shape at the cell's
-    geometric centre, the shapes at its four corners): decode rows are batch sizes, prefill rows chunk lengths (cells
-    with the chunk above the context left out; a corner's chunk at most its context), all2all rows tokens per rank."""
+    geometric centre, the distinct shapes at its corners within the engine's range): decode rows are batch sizes,
+    prefill rows chunk lengths (cells with the chunk above the context left out; a corner's chunk at most its
+    context), all2all rows tokens per rank."""
     if phase == "prefill":
-        rows = cell_bounds(16, max(16, min(max_context, MAX_CHUNK)))
+        top_row = max(16, min(max_context, MAX_CHUNK))
+        rows = cell_bounds(16, top_row)
     else:
-        rows = cell_bounds(1, max(1, max_batch))
-    contexts = [1] if phase == "dispatch_combine" else cell_bounds(16, max(16, max_context))
+        top_row = max(1, max_batch)
+        rows = cell_bounds(1, top_row)
+    top_ctx = 1 if phase == "dispatch_combine" else max(16, max_context)
+    contexts = [1] if phase == "dispatch_combine" else cell_bounds(16, top_ctx)
     row_centre, ctx_centre = _centres(rows), _centres(contexts)
     row_low, ctx_low = _lows(rows), _lows(contexts)
     cells = []
@@ -101,9 +105,9 @@ def _grid(phase: str, max_batch: int, max_context: int) -> list[tuple[int, int, 
         for cm in contexts:
             if phase == "prefill" and rm > cm:
                 continue
-            shape = [(r, c) for r in (row_low[rm], rm) for c in (ctx_low[cm], cm)]
-            centre, corners = _shape(phase, row_centre[rm], ctx_centre[cm]), (_shape(phase, r, c) for r, c in shape)
-            cells.append((rm, cm, centre, tuple(corners)))
+            ends = [(r, c) for r in (row_low[rm], min(rm, top_row)) for c in (ctx_low[cm], min(cm, top_ctx))]
+            corners = dict.fromkeys(_shape(phase, r, c) for r, c in ends)
+            cells.append((rm, cm, _shape(phase, row_centre[rm], ctx_centre[cm]), tuple(corners)))
     return cells
 
 
@@ -125,8 +129,9 @@ def _centres(bounds: Sequence[int]) -> dict[int, int]:
 
 
 def _lows(bounds: Sequence[int]) -> dict[int, int]:
-    """Each cell's smallest value: one above the bound below it (the first cell: its bound)."""
-    return {bounds[0]: bounds[0]} | {b: lo + 1 for lo, b in zip(bounds, bounds[1:])}
+    """Each cell's smallest value: one above the bound below it; the first cell's, 1 (``lookup`` sends every shape
+    below the first bound there)."""
+    return {bounds[0]: 1} | {b: lo + 1 for lo, b in zip(bounds, bounds[1:])}
 
 
 def _box(tactics: Mapping[str, Sequence[Point]], phase: str) -> tuple[float, float, float, float]:
@@ -192,12 +197,11 @@ def shared_estimates(
 
 def tied_estimates(tactics: Mapping[str, Sequence[Point]], tied: Sequence[str], mp: MixPoint) -> dict[str, float]:
     """Each of ``tied`` tactics' estimate at ``mp`` for comparing them: from the shapes all of them were measured at
-    (``shared_estimates``) where there are two, else from each one's own (empty where one has none)."""
+    (``shared_estimates``) where there are two, else from each one's own."""
     shared = shared_estimates(tactics, tied, mp)
     if shared is not None:
         return shared
-    own = {t: e[0] for t in tied if (e := estimate(tactics[t], mp)) is not None}
-    return own if len(own) == len(tied) else {}
+    return {t: e[0] for t in tied if (e := estimate(tactics[t], mp)) is not None}
 
 
 def cell_minimax(
@@ -209,18 +213,17 @@ def cell_minimax(
 
     WHY: a cell's tactic serves every shape in it, and two tactics tied at the centre can part a long way inside the
     cell. On an H200 (DeepSeek-V3 TP 8, 64-token pages, 2026-11-28 and -29) FlashInfer's mha-fa2 and mha-fa3 came
-    within 1 % at the centre of the prefill cell of 257-512-token chunks on 4097-8192 cached tokens while their
+    within 1 % at the centre of the prefill cell of 257-512-token chunks in 4097-8192 tokens of context while their
     estimated ratio ran from 0.75 to 1.46 over its corners; the cheaper at the centre, fa2, ran 384 tokens on 6000
     cached at 1.12x fa3. Re-scored on 30 committed stores of 12 models (docs/tuning.md "Tied tactics over
     the cell")."""
     at = [estimates(shape) for shape in shapes]
     worst = dict.fromkeys(tied, 1.0)
     for ests in at:
-        if len(ests) == len(tied):
-            floor = min(ests.values())
+        floor = min(ests.values(), default=0.0)
+        if len(ests) == len(tied) and floor > 0:  # a tactic without an estimate, or a 0 us one, compares nothing
             worst = {t: max(worst[t], ests[t] / floor) for t in tied}
-    centre = at[0] if len(at[0]) == len(tied) else dict.fromkeys(tied, 0.0)
-    return min(tied, key=lambda t: (worst[t], centre[t], t))
+    return min(tied, key=lambda t: (worst[t], at[0].get(t, math.inf), t))
 
 
 def _best_tactic(
@@ -275,7 +278,7 @@ def dispatch_table(
 
 def table_with(
     phases: Sequence[str],
-    choose: Callable[[MixPoint], tuple[str, float, bool] | None],
+    choose: Callable[[MixPoint, Sequence[MixPoint]], tuple[str, float, bool] | None],
     max_batch: int,
     max_context: int,
 ) -> tuple[DispatchEntry, ...]:

@@ -169,24 +169,59 @@ def test_without_two_shared_shapes_the_cheapest_estimate_stands() -> None:
     assert _best_tactic({"a": a, "b": b}, mp)[0] == min(ests, key=ests.get)
 
 
-def test_tactics_tied_at_a_cells_centre_are_compared_over_its_corners() -> None:
+def _mla_prefill_tie() -> dict[str, list[Point]]:
     """FlashInfer's MLA prefill on an H200 (DeepSeek-V3 TP 8, 64-token pages, 2026-11-29; us, a subset of the default
-    tune's store): mha-fa2 splits the KV of short chunks on long prefixes, mha-fa3 does not, so fa2 wins 128-256-token
-    chunks on 8192 cached tokens and fa3 362 tokens and more. At the centre of the cell of 257-512-token chunks on
-    4097-8192 tokens the two come within 1 %; over the cell's corners fa2 loses up to 1.46x and fa3 1.33x. The table
-    takes fa3, which ran 384 tokens on 6000 cached at 87.3 us against fa2's 98.2 (the oracle of that run)."""
-    from hwtune.selector.dispatch import _best_tactic, _grid
-
+    tune's store, keyed (batch, context, chunk)): mha-fa2 splits the KV of short chunks on long prefixes, mha-fa3 does
+    not, so fa2 wins 128-256-token chunks on 8192 cached tokens and fa3 362 tokens and more."""
     fa2 = {(1, 128, 128): 12.6, (1, 512, 512): 40.2, (1, 991, 128): 20.5, (1, 8320, 128): 51.2,
            (1, 8448, 256): 83.2, (1, 8554, 362): 122.0, (1, 8704, 512): 150.7, (1, 11947, 362): 159.1,
            (1, 10240, 2048): 539.7, (1, 2048, 2048): 117.8}  # fmt: skip
     fa3 = {(1, 128, 128): 10.0, (1, 512, 512): 17.2, (1, 991, 128): 21.2, (1, 8320, 128): 107.5,
            (1, 8448, 256): 111.3, (1, 8554, 362): 114.9, (1, 8704, 512): 118.4, (1, 11947, 362): 156.7,
            (1, 10240, 2048): 289.4, (1, 2048, 2048): 60.0}  # fmt: skip
-    tactics = {"mha-fa2": pts(fa2), "mha-fa3": pts(fa3)}
+    return {"mha-fa2": pts(fa2), "mha-fa3": pts(fa3)}
+
+
+def test_tactics_tied_at_a_cells_centre_are_compared_over_its_corners() -> None:
+    """At the centre of the cell of 257-512-token chunks in 4097-8192 tokens of context (362 in 5793) the two come
+    within 1 %; over the cell's corners fa2 loses up to 1.46x and fa3 1.33x. The cell takes fa3, which ran 384 tokens on
+    6000 cached at 87.3 us against fa2's 98.2 (the oracle of that run)."""
+    from hwtune.selector.dispatch import _best_tactic, _grid
+
+    tactics = _mla_prefill_tie()
     centre, corners = next((mp, c) for rm, cm, mp, c in _grid("prefill", 1, 16384) if (rm, cm) == (512, 8192))
     e2, e3 = (estimate(tactics[t], centre)[0] for t in ("mha-fa2", "mha-fa3"))
     assert e2 < e3 < 1.05 * e2  # tied at the centre, fa2 the cheaper
     assert {(c.query_len, c.context) for c in corners} == {(257, 4097), (512, 4097), (257, 8192), (512, 8192)}
     assert _best_tactic(tactics, centre)[0] == "mha-fa2"  # the centre alone
     assert _best_tactic(tactics, centre, corners)[0] == "mha-fa3"
+
+
+def test_the_dispatch_table_breaks_a_tie_over_the_cell_unless_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hwtune.selector import dispatch
+
+    ev = Evidence(points={("X", t, "prefill"): p for t, p in _mla_prefill_tie().items()})
+    assert table_selection(ev, "X").tactic_for("prefill", 1, 6384, query_len=384) == "mha-fa3"
+    monkeypatch.setattr(dispatch, "CELL_TIE_BREAK", False)  # the centre alone, as before 2026-11-29
+    assert table_selection(ev, "X").tactic_for("prefill", 1, 6384, query_len=384) == "mha-fa2"
+
+
+def test_a_cells_corners_span_it_within_the_engines_range() -> None:
+    """The first cell of an axis holds every shape below its bound (``lookup``), so its low corner is 1; the last
+    cell's high corner is the engine's limit, not the bound rounded up to a power of two; no corner twice."""
+    from hwtune.selector.dispatch import _grid
+
+    cells = {(rm, cm): corners for rm, cm, _mp, corners in _grid("decode", 200, 10000)}
+    assert {(c.batch, c.context) for c in cells[(1, 16)]} == {(1, 1), (1, 16)}
+    assert {(c.batch, c.context) for c in cells[(256, 16384)]} == {(129, 8193), (129, 10000), (200, 8193), (200, 10000)}
+    prefill = {(rm, cm): corners for rm, cm, _mp, corners in _grid("prefill", 1, 10000)}
+    assert {(c.query_len, c.context) for c in prefill[(16, 16)]} == {(1, 1), (1, 16), (16, 16)}  # chunk <= context
+    assert all(len(set(c)) == len(c) for c in list(cells.values()) + list(prefill.values()))
+
+
+def test_a_zero_latency_estimate_does_not_break_the_tie_break() -> None:
+    from hwtune.selector.dispatch import cell_minimax
+
+    shapes = [MixPoint("decode", 8, 8192, 1.0), MixPoint("decode", 16, 8192, 1.0)]
+    ests = {shapes[0]: {"a": 10.0, "b": 10.2}, shapes[1]: {"a": 0.0, "b": 0.0}}
+    assert cell_minimax(["a", "b"], shapes, ests.__getitem__) == "a"
