@@ -3,7 +3,7 @@ GPU) with ``hwtune.selector.dispatch.CELL_TIE_BREAK`` on and off: where tactics 
 none measured there, no robust tactic beyond the range), the tied tactic whose worst estimated ratio to the cheapest
 of them over the cell's centre and four corners is smallest (``cell_minimax``), or the cheapest at the centre alone
 (as before 2026-11-29); both on the shapes the tied tactics share where there are two. Why: on
-DeepSeek-V3 TP 8 (H200, 2026-11-28 and -29) the prefill cell of 257-512-token chunks on 4097-8192 cached tokens has
+DeepSeek-V3 TP 8 (H200, 2026-11-28 and -29) the prefill cell of 257-512-token chunks in 4097-8192 tokens of context has
 FlashInfer's mha-fa2 and mha-fa3 within 1 % at its centre while their ratio runs from 0.75 to 1.46 across the cell;
 fa2 was chosen and ran 384 tokens on 6000 cached at 1.12x the best. Models with several layer kinds weigh each
 kind's estimates (``layer_kinds``).
