@@ -123,6 +123,11 @@ def test_tied_tactics_are_compared_on_the_shapes_both_were_measured_at() -> None
     fa2_est, fa3_est = estimate(pts(fa2), centre)[0], estimate(pts(fa3), centre)[0]
     assert fa2_est < fa3_est < 1.05 * fa2_est  # tied, fa2 ahead: the case the tie-break exists for
     assert table_selection(ev, "X").tactic_for("decode", 48, 12000) == "fa3"
+    from hwtune.selector import dispatch
+
+    with pytest.MonkeyPatch.context() as m:  # the centre alone: the shared shapes decide there too
+        m.setattr(dispatch, "CELL_TIE_BREAK", False)
+        assert table_selection(ev, "X").tactic_for("decode", 48, 12000) == "fa3"
 
 
 def _tie_case(extra_fa2: dict | None = None, fa3_scale: float = 1.0) -> tuple[Evidence, MixPoint]:
