@@ -22,9 +22,7 @@ class MlaConfig:
     the output's 16-bit dtype instead of float32 (half their write and read traffic; merged in float32, as
     FlashInfer's MLA keeps its partials in the output dtype); ``tma``: latent tiles copied by TMA
     (``triton_mla.tma_unsupported`` says where that is possible: a 16-bit cache of whole pages, tiles inside one page,
-    Hopper or later); ``swap_ab``: the dots' operands swapped (scores ``[positions, rows]``, accumulator
-    ``[lora, rows]``) so that 64 positions are a Hopper warpgroup MMA's M side (an experiment:
-    benchmarks/experiments/mla_swap_ab.py)."""
+    Hopper or later)."""
 
     block_h: int
     block_t: int
@@ -34,7 +32,6 @@ class MlaConfig:
     num_stages: int
     half_partials: bool = False
     tma: bool = False
-    swap_ab: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_h", "block_t", "block_n"):
@@ -55,7 +52,6 @@ class MlaConfig:
             f"h{self.block_h}-t{self.block_t}-n{self.block_n}-s{self.num_splits}-w{self.num_warps}-st{self.num_stages}"
             + ("-p16" if self.half_partials else "")
             + ("-tma" if self.tma else "")
-            + ("-sab" if self.swap_ab else "")
         )
 
 

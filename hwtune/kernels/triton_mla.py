@@ -180,61 +180,6 @@ def _latent_tile(
     return acc, m_new, l_i
 
 
-@triton.jit
-def _latent_tile_t(
-    acc_t,
-    m_i,
-    l_i,
-    q_nope_t,
-    q_pe_t,
-    cache_ptr,
-    bt_row,
-    j,
-    kv_end,
-    rows_pos,
-    stride_cb,
-    stride_ct,
-    scale_log2,
-    LORA: tl.constexpr,
-    ROPE: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    PAGE_SIZE: tl.constexpr,
-    MASKED: tl.constexpr,
-    desc_ckv,
-    desc_kpe,
-    TMA: tl.constexpr,
-):
-    """``_latent_tile`` with the dots' operands swapped (``MlaConfig.swap_ab``): scores as ``[positions, rows]`` and the
-    accumulator as ``[lora, rows]``, so the KV tile is the dots' M side (64 positions fill a Hopper warpgroup MMA,
-    where 16 query rows cannot) and the queries and probabilities are their N side."""
-    pos = j * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = pos < kv_end
-    if TMA:
-        start = j * BLOCK_N
-        row0 = (tl.load(bt_row + start // PAGE_SIZE) * PAGE_SIZE + start % PAGE_SIZE).to(tl.int32)  # < 2**31 rows
-        ckv = desc_ckv.load([row0, 0])
-        kpe = desc_kpe.load([row0, LORA])
-        if MASKED:
-            ckv = tl.where(n_ok[:, None], ckv, 0.0)
-    else:
-        ckv, kpe = _gather_latent(cache_ptr, bt_row, pos, n_ok, stride_cb, stride_ct, LORA, ROPE, PAGE_SIZE, MASKED)
-    ckv = ckv.to(q_nope_t.dtype)
-    qk = tl.dot(ckv, q_nope_t)
-    qk = tl.dot(kpe.to(q_pe_t.dtype), q_pe_t, acc=qk)
-    if MASKED:
-        keep = (pos[:, None] <= rows_pos[None, :]) & n_ok[:, None]
-        qk = tl.where(keep, qk * scale_log2, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 0))
-        p = tl.exp2(qk - m_new[None, :])
-    else:
-        m_new = tl.maximum(m_i, tl.max(qk, 0) * scale_log2)
-        p = tl.exp2(qk * scale_log2 - m_new[None, :])
-    alpha = tl.exp2(m_i - m_new)
-    l_i = l_i * alpha + tl.sum(p, 0)
-    acc_t = tl.dot(tl.trans(ckv), p.to(q_nope_t.dtype), acc=acc_t * alpha[None, :])
-    return acc_t, m_new, l_i
-
-
 @jit_workload_generic
 def _mla_decode_kernel(
     q_ptr,
@@ -278,7 +223,6 @@ def _mla_decode_kernel(
     F16_DOTS: tl.constexpr,
     TMA: tl.constexpr,
     PDL: tl.constexpr,
-    SWAP_AB: tl.constexpr,
 ):
     rows_tok, head, row_ok, rows_pos, kv_end, first_pos, req, idle = _rows(
         qsl_ptr, seq_lens_ptr, num_heads, n_qt, n_ht, BLOCK_H, BLOCK_T, CAUSAL
@@ -292,36 +236,19 @@ def _mla_decode_kernel(
     else:  # the loop starts at a compile-time 0
         t0, t1, full_end = split_tile_range(kv_end, first_pos, 0, 1, BLOCK_N)
     bt_row = bt_ptr + req.to(tl.int64) * stride_bt
-    if SWAP_AB:
-        acc_t = tl.zeros([LORA, BLOCK_H * BLOCK_T], tl.float32)
-        m_i = tl.full([BLOCK_H * BLOCK_T], -1.0e30, tl.float32)
-        l_i = tl.zeros([BLOCK_H * BLOCK_T], tl.float32)
-        q_nope_t, q_pe_t = tl.trans(q_nope), tl.trans(q_pe)
-        for j in range(t0, tl.minimum(t1, full_end)):
-            acc_t, m_i, l_i = _latent_tile_t(
-                acc_t, m_i, l_i, q_nope_t, q_pe_t, cache_ptr, bt_row, j, kv_end, rows_pos, stride_cb, stride_ct,
-                scale_log2, LORA, ROPE, BLOCK_N, PAGE_SIZE, False, desc_ckv, desc_kpe, TMA,
-            )  # fmt: skip
-        for j in range(tl.maximum(t0, full_end), t1):
-            acc_t, m_i, l_i = _latent_tile_t(
-                acc_t, m_i, l_i, q_nope_t, q_pe_t, cache_ptr, bt_row, j, kv_end, rows_pos, stride_cb, stride_ct,
-                scale_log2, LORA, ROPE, BLOCK_N, PAGE_SIZE, True, desc_ckv, desc_kpe, TMA,
-            )  # fmt: skip
-        acc = tl.trans(acc_t)
-    else:
-        acc = tl.zeros([BLOCK_H * BLOCK_T, LORA], tl.float32)
-        m_i = tl.full([BLOCK_H * BLOCK_T], -1.0e30, tl.float32)
-        l_i = tl.zeros([BLOCK_H * BLOCK_T], tl.float32)
-        for j in range(t0, tl.minimum(t1, full_end)):
-            acc, m_i, l_i = _latent_tile(
-                acc, m_i, l_i, q_nope, q_pe, cache_ptr, bt_row, j, kv_end, rows_pos, stride_cb, stride_ct, scale_log2,
-                LORA, ROPE, BLOCK_N, PAGE_SIZE, False, desc_ckv, desc_kpe, TMA,
-            )  # fmt: skip
-        for j in range(tl.maximum(t0, full_end), t1):
-            acc, m_i, l_i = _latent_tile(
-                acc, m_i, l_i, q_nope, q_pe, cache_ptr, bt_row, j, kv_end, rows_pos, stride_cb, stride_ct, scale_log2,
-                LORA, ROPE, BLOCK_N, PAGE_SIZE, True, desc_ckv, desc_kpe, TMA,
-            )  # fmt: skip
+    acc = tl.zeros([BLOCK_H * BLOCK_T, LORA], tl.float32)
+    m_i = tl.full([BLOCK_H * BLOCK_T], -1.0e30, tl.float32)
+    l_i = tl.zeros([BLOCK_H * BLOCK_T], tl.float32)
+    for j in range(t0, tl.minimum(t1, full_end)):
+        acc, m_i, l_i = _latent_tile(
+            acc, m_i, l_i, q_nope, q_pe, cache_ptr, bt_row, j, kv_end, rows_pos, stride_cb, stride_ct, scale_log2,
+            LORA, ROPE, BLOCK_N, PAGE_SIZE, False, desc_ckv, desc_kpe, TMA,
+        )  # fmt: skip
+    for j in range(tl.maximum(t0, full_end), t1):
+        acc, m_i, l_i = _latent_tile(
+            acc, m_i, l_i, q_nope, q_pe, cache_ptr, bt_row, j, kv_end, rows_pos, stride_cb, stride_ct, scale_log2,
+            LORA, ROPE, BLOCK_N, PAGE_SIZE, True, desc_ckv, desc_kpe, TMA,
+        )  # fmt: skip
     pdl_trigger(PDL)  # the merge kernel may launch now (``split_kv.merges_as_dependent``)
     offs_l = tl.arange(0, LORA)
     store_result(
@@ -410,7 +337,7 @@ def mla_decode(
         LORA=kv_lora_rank, ROPE=rope, BLOCK_H=config.block_h, BLOCK_T=config.block_t, BLOCK_N=config.block_n,
         PAGE_SIZE=kv_cache.shape[1], CAUSAL=causal, SPLIT=splits > 1, WRITE_LSE=lse is not None,
         F16_DOTS=kv_cache.dtype == torch.float8_e4m3fn and q.dtype == torch.bfloat16, TMA=config.tma,
-        PDL=pdl, SWAP_AB=config.swap_ab, num_warps=config.num_warps, num_stages=config.num_stages,
+        PDL=pdl, num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if splits > 1:
         merge_splits(part_o, part_lse, out, lse, query_start_loc, batch, pdl=pdl)

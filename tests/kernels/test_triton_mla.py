@@ -44,7 +44,7 @@ class Case:
     page: int = 16
     ctx: tuple[int, ...] = (70, 5, 33)
     query_len: int = 1
-    config: tuple | None = None  # MlaConfig: block_h, block_t, block_n, splits, warps, stages[, half_p, tma, swap]
+    config: tuple | None = None  # MlaConfig fields (block_h, block_t, block_n, splits, warps, stages[, half_p., tma])
     causal: bool = True
     pad_tokens: int = 0
     scale_factor: float = 1.0  # != 1: call the kernel with a wrong softmax scale (the checks must fail)
@@ -74,14 +74,6 @@ CASES: dict[str, Case] = {
     "tma_page64_spec_lse": Case(
         page=64, query_len=2, ctx=(130, 7, 100), config=(16, 2, 32, 2, 4, 2, False, True), nan_tail=True
     ),
-    # the dots' operands swapped (MlaConfig.swap_ab): KV positions as the MMA's M side
-    "swap_ab_splits": Case(page=48, ctx=(130, 7, 100), config=(16, 1, 16, 3, 4, 2, False, False, True)),
-    "swap_ab_fp16_spec_lse": Case(dtype="float16", query_len=2, config=(16, 2, 32, 2, 4, 2, False, False, True)),
-    "swap_ab_fp8_latent": Case(kv="fp8_e4m3", config=(16, 1, 16, 3, 4, 2, False, False, True)),
-    "swap_ab_tma_page64_spec": Case(
-        page=64, query_len=2, ctx=(130, 7, 100), config=(16, 2, 32, 2, 4, 2, False, True, True), nan_tail=True
-    ),
-    "swap_ab_heads_24_one_split": Case(heads=24, query_len=3, config=(32, 2, 16, 1, 4, 2, False, False, True)),
     "wrong_scale_is_caught": Case(scale_factor=math.sqrt(192 / 576)),  # the latent width's 1/sqrt(576)
 }
 #: Cases whose checks must fail: they show the checks can catch a broken kernel call.
@@ -105,14 +97,6 @@ GPU_CASES = {
             nan_tail=True,
         )  # fmt: skip
         for n, s, st in ((64, 16, 2), (32, 33, 3))
-    },
-    **{  # the dots' operands swapped: 64 positions fill a warpgroup MMA (gathers, TMA; 128 heads: 64-row programs)
-        name: Case(heads=heads, lora=512, rope=64, ctx=(12000, 77, 3000), page=64, config=cfg, nan_tail=True)
-        for name, heads, cfg in (
-            ("tp8_swap_ab_page64", 16, (16, 1, 64, 16, 4, 2, False, False, True)),
-            ("tp8_swap_ab_tma_page64", 16, (16, 1, 64, 33, 4, 2, False, True, True)),
-            ("tp1_swap_ab_64_rows", 128, (64, 1, 64, 2, 8, 2, False, False, True)),
-        )
     },
     "tp8_half_partials": Case(
         heads=16, lora=512, rope=64, ctx=(12000, 700, 3000), page=16, config=(16, 1, 32, 16, 4, 2, True)
