@@ -96,7 +96,7 @@ GPU_CASES = {
             config=(16, 1, n, s, 4, st, False, True),
             nan_tail=True,
         )  # fmt: skip
-        for n, s, st in ((64, 16, 2), (32, 33, 3))
+        for n, s, st in ((64, 16, 2), (32, 33, 3), (32, 8, 6), (32, 1, 8))
     },
     "tp8_half_partials": Case(
         heads=16, lora=512, rope=64, ctx=(12000, 700, 3000), page=16, config=(16, 1, 32, 16, 4, 2, True)
@@ -301,7 +301,9 @@ def test_tuned_space_adds_tma_tiles_only_on_pages_of_32_and_16_rows() -> None:
     tma = [c for c in mla_config_space(**shape, tma_page=64) if c.tma]
     assert {(c.block_n, c.num_splits, c.num_warps, c.num_stages) for c in tma} == {
         (32, s, 4, st) for s in (23, 33) for st in (3, 4)
-    }  # auto's and the one-wave split count
+    } | {(32, 16, 4, 6), (32, 16, 4, 8)}  # auto's and the one-wave split count; the deep ones filling the SMs once
+    one_request = [c for c in mla_config_space(**dict(shape, batch=200), tma_page=64) if c.num_stages >= 6]
+    assert [(c.num_splits, c.num_stages) for c in one_request] == [(1, 6), (1, 8)]  # 200 programs: one split
     assert mla_config_space(**shape, tma_page=64)[: len(gathers)] == gathers
     assert not any(c.tma for c in mla_config_space(**shape, tma_page=16))  # a 32-position tile spans two pages
     spec = dict(shape, max_query_len=2)  # 32 rows: not measured with TMA
