@@ -83,8 +83,9 @@ _WARPS_STAGES = {16: ((4, 2), (4, 3), (8, 2)), 32: ((4, 2), (8, 2), (8, 3)), 64:
 _TMA_BLOCK_N = 32
 _TMA_WARPS_STAGES = ((4, 3), (4, 4))
 #: Deeper TMA pipelines the search adds at the split count that fills the SMs one program deep: the pipeliner divides a
-#: config's stages between the block-table load and the latent load, so 3 and 4 stages hold two latent buffers (89 KiB,
-#: two programs per SM) and 6 and 8 hold three and four (126 and 163 KiB, one program per SM; Triton 3.6, SM 9.0).
+#: config's stages between the block-table load and the latent load, so 2-4 stages hold one latent buffer (89 KiB, two
+#: programs per SM) and 6 and 8 hold two and three (126 and 163 KiB, one program per SM; Triton 3.6, SM 9.0,
+#: benchmarks/experiments/compiled_buffers.py).
 _TMA_DEEP_WARPS_STAGES = ((4, 6), (4, 8))
 
 
@@ -107,7 +108,7 @@ def mla_config_space(
     on 64-token pages by 2.2-8.5 % and lost the other three (128 x 3000 by 10.7 %, 48 x 3000 by 4.9 %, 1 x 3000 by
     1.8 %), where the search keeps gathers; 16-position TMA tiles (all a 16-token page allows) and 64-position ones
     were slower than gathers nearly everywhere, and other row counts were not measured (docs/kernels.md "TMA latent
-    tiles"). It also adds 32-position TMA tiles with 6 and 8 stages (``_TMA_DEEP_WARPS_STAGES``: three and four latent
+    tiles"). It also adds 32-position TMA tiles with 6 and 8 stages (``_TMA_DEEP_WARPS_STAGES``: two and three latent
     buffers, one program per SM) at the split count that fills the SMs one program deep: on an H200 (2026-11-29,
     ``benchmarks/experiments/mla_stages.py``) they were the fastest config at 8 x 3000 and 12000, 32 x 3000 and 128 x
     700 (by 4-9 %: 8 x 12000 49.2 against 53.4 us, 128 x 700 44.3 against 48.5) and 1-13 % slower than the best at the
