@@ -8,18 +8,22 @@ found that the MLA kernel's 32-position TMA configs hold one latent buffer at 2-
 (docs/kernels.md "Deeper TMA pipelines"), and that TRITON_ATTN's decode configs hold one K and one V buffer at 2-4
 stages and two at 5 and 6.
 
-Each line: the kernel, the config, its launch's compile-time constants, and ``smem`` (bytes), ``regs`` and ``stack``
-(bytes of spills) per thread, ``cp_async`` and ``tma`` (copy instructions in the PTX) and ``buffers`` (shape of every
-mutable shared-memory allocation, with its count). Strides and pointers are compiled as the JIT specialises them at
-run time (divisible by 16), so gathers vectorise and pipeline as they do on the GPU. The Triton installed decides the
-result: compare with the device's version (3.6.0 in docs/).
+Each line: the kernel, the config, and ``smem`` (bytes), ``regs`` and ``stack`` (bytes of spills) per thread,
+``cp_async`` and ``tma`` (copy instructions in the PTX) and ``buffers``: each mutable shared-memory allocation's shape
+(its first dimension is the pipeline depth) with the number of allocations of that shape, one per pipelined loop (the
+MLA kernel has two loops, unmasked and masked tiles, hence ``"2x32x512xbf16": 2``). Pointers and strides are compiled
+divisible by 16, as the JIT specialises them at run time, so gathers vectorise and pipeline as on the GPU; other
+integers stay generic, where the JIT would also specialise those equal to 1 or divisible by 16 (buffers and shared
+memory come out the same; registers may differ by one or two). The Triton installed decides the result: compare with
+the device's version (3.6.0 in docs/).
 
     python benchmarks/experiments/compiled_buffers.py mla N_POSITIONS,SPLITS,WARPS,STAGES[,tma] ... [--page 64]
     python benchmarks/experiments/compiled_buffers.py attn N_POSITIONS,SPLITS,WARPS,STAGES ... [--batch 32]
         [--query-len 1] [--group 8] [--head 128] [--page 16]
 
-``mla``: DeepSeek-V3 at TP 8 (16 heads a program, latent 512 + rope 64, bf16). ``attn``: TRITON_ATTN with one KV head,
-``--group`` query heads on it, ``--query-len`` tokens a request (1: decode-style), 700 tokens of context.
+``mla``: DeepSeek-V3 at TP 8 (16 heads a program, latent 512 + rope 64, bf16; ``--page`` only). ``attn``: TRITON_ATTN
+with one KV head, ``--group`` query heads on it, ``--query-len`` tokens a request (up to 16: a decode-style launch), 700
+tokens of context, gathered tiles.
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import re
 import subprocess
 import sys
@@ -74,11 +77,11 @@ def compile_kernel(kernel, const: dict, *, warps: int, stages: int, descriptors:
 
 def describe(compiled) -> dict:  # noqa: ANN001
     """Shared memory, registers, spills, copy instructions and pipeline buffers of one compiled kernel."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(compiled.asm["cubin"])
     tool = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
-    usage = subprocess.run([str(tool), "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
-    os.unlink(f.name)
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = Path(tmp) / "kernel.cubin"
+        cubin.write_bytes(compiled.asm["cubin"])
+        usage = subprocess.run([str(tool), "-res-usage", str(cubin)], capture_output=True, text=True, check=True).stdout
     regs = re.search(r"REG:(\d+) STACK:(\d+)", usage)
     ptx, ttgir = compiled.asm["ptx"], compiled.asm["ttgir"]
     buffers = collections.Counter(re.findall(r"local_alloc[^\n]*?memdesc<([0-9x]+x\w+), #[^\n]*mutable", ttgir))
@@ -89,7 +92,8 @@ def describe(compiled) -> dict:  # noqa: ANN001
     }  # fmt: skip
 
 
-def mla_config(block_n: int, splits: int, warps: int, stages: int, tma: bool, page: int) -> tuple:  # noqa: ANN001
+def mla_config(block_n: int, splits: int, tma: bool, page: int) -> tuple:
+    """The MLA kernel and its constexprs at DeepSeek-V3 TP 8 (16 heads a program; TMA descriptors where ``tma``)."""
     from hwtune.kernels import triton_mla
 
     const = dict(LORA=512, ROPE=64, BLOCK_H=16, BLOCK_T=1, BLOCK_N=block_n, PAGE_SIZE=page, CAUSAL=True,
@@ -99,9 +103,10 @@ def mla_config(block_n: int, splits: int, warps: int, stages: int, tma: bool, pa
 
 
 def attn_config(block_n: int, splits: int, warps: int, stages: int, args: argparse.Namespace) -> tuple:
+    """TRITON_ATTN's kernel and its constexprs as ``paged_attention`` plans the launch on an SM 9.0 GPU (gathers)."""
     from hwtune.kernels import triton_attention
     from hwtune.kernels._common import plan_launch
-    from hwtune.kernels.configs import TritonAttnConfig
+    from hwtune.kernels.configs import TritonAttnConfig, is_decode_shape
     from hwtune.kernels.page_chunks import bt_chunk
     from hwtune.kernels.split_kv import merges_in_kernel
 
@@ -110,7 +115,7 @@ def attn_config(block_n: int, splits: int, warps: int, stages: int, args: argpar
         config, num_tokens=args.batch * args.query_len, batch=args.batch, max_query_len=args.query_len,
         head_size=args.head, gqa_group=args.group, l2=60 << 20, kv_bytes_per_request=4 * 700 * args.head,
     )  # fmt: skip
-    prefill_style = args.query_len > 4
+    prefill_style = not is_decode_shape(args.query_len)
     tiles, entries = bt_chunk(
         prefill_style=prefill_style, page_size=args.page, block_n=plan.block_n, tma=False, num_stages=stages
     )
@@ -119,7 +124,7 @@ def attn_config(block_n: int, splits: int, warps: int, stages: int, args: argpar
                  BLOCK_N=plan.block_n, GROUP=args.group, PAGE_SIZE=args.page, ONE_PER_REQ=plan.one_per_req,
                  HEADS_FAST=plan.heads_fast, SPLIT=plan.num_splits > 1, WRITE_LSE=False, F16_DOTS=False, TMA=False,
                  MERGE_HERE=merge_here, BT_CHUNK=tiles, BT_PAGES=entries,
-                 PDL=plan.num_splits > 1 and not merge_here)  # fmt: skip
+                 PDL=plan.num_splits > 1 and not merge_here and not prefill_style)  # fmt: skip
     return triton_attention._paged_attn_kernel, const, None
 
 
@@ -139,9 +144,11 @@ def main() -> int:
             block_n, splits, warps, stages = (int(v) for v in fields[:4])
         except ValueError:
             ap.error(f"a config is N_POSITIONS,SPLITS,WARPS,STAGES[,tma], got {text!r}")
+        if fields[4:] not in ([], ["tma"]) or (fields[4:] and args.kernel == "attn"):
+            ap.error(f"the only option after STAGES is tma, for mla; got {text!r}")
         tma = fields[4:] == ["tma"]
         if args.kernel == "mla":
-            kernel, const, descs = mla_config(block_n, splits, warps, stages, tma, args.page or 64)
+            kernel, const, descs = mla_config(block_n, splits, tma, args.page or 64)
         else:
             args.page = args.page or 16
             kernel, const, descs = attn_config(block_n, splits, warps, stages, args)

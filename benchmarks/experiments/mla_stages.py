@@ -1,13 +1,14 @@
-"""HWTUNE_TRITON_MLA with deeper latent pipelines than its ``tuned`` space holds, at the DeepSeek-V3 TP 8 decode
-shapes on 64-token pages where FlashInfer's fa3 beats it on an H200 (docs/regret.md: batch 8 at 3000-48000 tokens,
-32 at 3000 and 12000, 128 at 700 and 3000) and three where the kernel wins.
+"""HWTUNE_TRITON_MLA with deeper latent pipelines than its ``tuned`` space held before this experiment (it now holds
+the 32-position TMA configs with 6 and 8 stages), at the DeepSeek-V3 TP 8 decode shapes on 64-token pages where
+FlashInfer's fa3 beat it on an H200 (docs/regret_history.md, `pdl_merge`: batch 8 at 3000-48000 tokens, 32 at 3000 and
+12000, 128 at 700 and 3000) and three where the kernel wins.
 
 Why: compiled for SM 9.0 (Triton 3.6, on a CPU, with the launch's 16-divisible strides; compiled_buffers.py), the
-space's 32-position TMA configs with 3 or 4 stages both hold one latent buffer per loop (89 KiB of shared memory: the
+space's 32-position TMA configs with 3 or 4 stages both hold one latent buffer per loop (89 kB of shared memory: the
 pipeliner divides the stages between the block-table load and the latent load), so a program prefetches one tile while
-it computes another; 6 and 8 stages hold two and three buffers (126 and 163 KiB, one program per SM), 16-position TMA
-tiles with 8 stages three smaller ones (91 KiB, two programs per SM), and 32-position gathers with 6 stages two (94
-KiB).
+it computes another; 6 and 8 stages hold two and three buffers (126 and 163 kB, one program per SM), 16-position TMA
+tiles with 8 stages three smaller ones (91 kB, two programs per SM), and 32-position gathers with 6 stages two (94
+kB).
 Where a config fits one program per SM, the split count that fills the SMs one program deep (``sms // programs``) is
 tried beside auto's and the space's one-wave count (two programs per SM). ``mla_config_space`` is replaced by the real
 space plus these configs, and the probe's own job (``job.run_job``: the correctness gate against the float32

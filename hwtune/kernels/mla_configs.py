@@ -79,13 +79,14 @@ def default_mla_config(
 _WARPS_STAGES = {16: ((4, 2), (4, 3), (8, 2)), 32: ((4, 2), (8, 2), (8, 3)), 64: ((8, 2), (8, 1), (4, 2))}
 
 
-#: The TMA tiles the ``tuned`` search adds (``mla_config_space``'s ``tma_page``): positions, (warps, stages).
+#: The TMA tiles the ``tuned`` search adds (``mla_config_space``'s ``tma_page``): positions, (warps, stages). 4 stages
+#: were searched too until 2026-11-29: Triton 3.6 compiles them to the same binary as 3 (the pipeliner divides a
+#: config's stages between the block-table load and the latent load, and 2-4 stages all hold one latent buffer; 89 kB of
+#: shared memory, two programs per SM; benchmarks/experiments/compiled_buffers.py), so they timed one kernel twice.
 _TMA_BLOCK_N = 32
-_TMA_WARPS_STAGES = ((4, 3), (4, 4))
-#: Deeper TMA pipelines the search adds at the split count that fills the SMs one program deep: the pipeliner divides a
-#: config's stages between the block-table load and the latent load, so 2-4 stages hold one latent buffer (89 KiB, two
-#: programs per SM) and 6 and 8 hold two and three (126 and 163 KiB, one program per SM; Triton 3.6, SM 9.0,
-#: benchmarks/experiments/compiled_buffers.py).
+_TMA_WARPS_STAGES = ((4, 3),)
+#: Deeper TMA pipelines the search adds where each program can have an SM of its own: 6 and 8 stages hold two and three
+#: latent buffers (126 and 163 kB: one program per SM; Triton 3.6, SM 9.0).
 _TMA_DEEP_WARPS_STAGES = ((4, 6), (4, 8))
 
 
@@ -103,16 +104,18 @@ def mla_config_space(
 
     ``tma_page``: the page size where latent tiles can be TMA copies (``triton_mla.tma_page``), else 0. On pages
     of a multiple of 32 positions, for 16-row programs (one decode token of 16 heads: DeepSeek-V3 at TP 8), the space
-    adds 32-position TMA tiles at auto's and the one-wave split count with 3 and 4 stages (``_TMA_WARPS_STAGES``): on an
-    H200 (2026-11-28, ``benchmarks/experiments/mla_tma.py``, screen times) they beat the best gathers at 5 of 8 shapes
+    adds 32-position TMA tiles at auto's and the one-wave split count with 3 stages (``_TMA_WARPS_STAGES``; 3 and 4 were
+    measured, one binary): on an H200 (2026-11-28, ``benchmarks/experiments/mla_tma.py``, screen times) they beat the
+    best gathers at 5 of 8 shapes
     on 64-token pages by 2.2-8.5 % and lost the other three (128 x 3000 by 10.7 %, 48 x 3000 by 4.9 %, 1 x 3000 by
     1.8 %), where the search keeps gathers; 16-position TMA tiles (all a 16-token page allows) and 64-position ones
     were slower than gathers nearly everywhere, and other row counts were not measured (docs/kernels.md "TMA latent
-    tiles"). It also adds 32-position TMA tiles with 6 and 8 stages (``_TMA_DEEP_WARPS_STAGES``: two and three latent
-    buffers, one program per SM) at the split count that fills the SMs one program deep: on an H200 (2026-11-29,
-    ``benchmarks/experiments/mla_stages.py``) they were the fastest config at 8 x 3000 and 12000, 32 x 3000 and 128 x
-    700 (by 4-9 %: 8 x 12000 49.2 against 53.4 us, 128 x 700 44.3 against 48.5) and 1-13 % slower than the best at the
-    other 7 of 11 shapes (docs/kernels.md "Deeper TMA pipelines")."""
+    tiles"). Where the programs are no more than the SMs, it also adds 32-position TMA tiles with 6 and 8 stages
+    (``_TMA_DEEP_WARPS_STAGES``: two and three latent buffers, one program per SM) at the most splits that keep every
+    program on an SM of its own (``sms // programs``): on an H200 (2026-11-29, ``benchmarks/experiments/mla_stages.py``)
+    they were the fastest config at 8 x 3000 and 12000, 32 x 3000 and 128 x 700 (6-9 % less time: 8 x 12000 49.2
+    against 53.4 us, 128 x 700 44.3 against 48.5) and 0.5-19 % slower than the best at the other six shapes of 132 or
+    fewer requests, where the search keeps the faster (docs/kernels.md "Deeper TMA pipelines")."""
     auto = default_mla_config(
         num_heads=num_heads, max_query_len=max_query_len, batch=batch, max_seq_len=max_seq_len, sms=sms,
         kv_bytes=kv_bytes,
@@ -135,9 +138,10 @@ def mla_config_space(
         for splits in sorted({min(auto.num_splits, most), min(one_wave, most)}):
             for warps, stages in _TMA_WARPS_STAGES:
                 out.append(MlaConfig(auto.block_h, auto.block_t, _TMA_BLOCK_N, splits, warps, stages, tma=True))
-        one_deep = min(max(1, sms // programs), most)
-        for warps, stages in _TMA_DEEP_WARPS_STAGES:
-            out.append(MlaConfig(auto.block_h, auto.block_t, _TMA_BLOCK_N, one_deep, warps, stages, tma=True))
+        if programs <= sms:
+            own_sm = min(sms // programs, most)
+            for warps, stages in _TMA_DEEP_WARPS_STAGES:
+                out.append(MlaConfig(auto.block_h, auto.block_t, _TMA_BLOCK_N, own_sm, warps, stages, tma=True))
     return out
 
 

@@ -300,11 +300,22 @@ def test_tuned_space_adds_tma_tiles_only_on_pages_of_32_and_16_rows() -> None:
     gathers = mla_config_space(**shape)
     tma = [c for c in mla_config_space(**shape, tma_page=64) if c.tma]
     assert {(c.block_n, c.num_splits, c.num_warps, c.num_stages) for c in tma} == {
-        (32, s, 4, st) for s in (23, 33) for st in (3, 4)
-    } | {(32, 16, 4, 6), (32, 16, 4, 8)}  # auto's and the one-wave split count; the deep ones filling the SMs once
-    one_request = [c for c in mla_config_space(**dict(shape, batch=200), tma_page=64) if c.num_stages >= 6]
-    assert [(c.num_splits, c.num_stages) for c in one_request] == [(1, 6), (1, 8)]  # 200 programs: one split
-    assert mla_config_space(**shape, tma_page=64)[: len(gathers)] == gathers
+        (32, 23, 4, 3),
+        (32, 33, 4, 3),
+        (32, 16, 4, 6),
+        (32, 16, 4, 8),
+    }  # auto's and the one-wave split count; the deep ones at 16 splits: 128 programs, each on an SM of its own
+    space = mla_config_space(**shape, tma_page=64)
+    assert space[: len(gathers)] == gathers and len(set(space)) == len(space)
+
+    def deep(**changed: int) -> list[tuple[int, int]]:
+        configs = mla_config_space(**dict(shape, **changed), tma_page=64)
+        return [(c.num_splits, c.num_stages) for c in configs if c.num_stages >= 6]
+
+    assert deep(batch=128) == [(1, 6), (1, 8)]
+    assert deep(batch=200) == []  # more programs than SMs: some would share one
+    assert deep(batch=1, max_seq_len=48000) == [(128, 6), (128, 8)]  # at most MAX_SPLITS
+    assert deep(batch=1, max_seq_len=700) == [(21, 6), (21, 8)]  # at least one tile a split
     assert not any(c.tma for c in mla_config_space(**shape, tma_page=16))  # a 32-position tile spans two pages
     spec = dict(shape, max_query_len=2)  # 32 rows: not measured with TMA
     assert not any(c.tma for c in mla_config_space(**spec, tma_page=64))
