@@ -102,20 +102,20 @@ def mla_config_space(
     3000: 32 of 33) fastest where that floor holds auto below it (5 and 23 splits, 4-10 % slower), and calls up to 25 %
     slower one split beyond it (a second wave).
 
-    ``tma_page``: the page size where latent tiles can be TMA copies (``triton_mla.tma_page``), else 0. On pages
-    of a multiple of 32 positions, for 16-row programs (one decode token of 16 heads: DeepSeek-V3 at TP 8), the space
-    adds 32-position TMA tiles at auto's and the one-wave split count with 3 stages (``_TMA_WARPS_STAGES``; 3 and 4 were
+    ``tma_page``: the page size where latent tiles can be TMA copies (``triton_mla.tma_page``), else 0. On pages of a
+    multiple of 32 positions, for 16-row programs (one decode token of 16 heads: DeepSeek-V3 at TP 8), the space adds
+    32-position TMA tiles at auto's and the one-wave split count with 3 stages (``_TMA_WARPS_STAGES``; 3 and 4 were
     measured, one binary): on an H200 (2026-11-28, ``benchmarks/experiments/mla_tma.py``, screen times) they beat the
-    best gathers at 5 of 8 shapes
-    on 64-token pages by 2.2-8.5 % and lost the other three (128 x 3000 by 10.7 %, 48 x 3000 by 4.9 %, 1 x 3000 by
-    1.8 %), where the search keeps gathers; 16-position TMA tiles (all a 16-token page allows) and 64-position ones
-    were slower than gathers nearly everywhere, and other row counts were not measured (docs/kernels.md "TMA latent
-    tiles"). Where the programs are no more than the SMs, it also adds 32-position TMA tiles with 6 and 8 stages
-    (``_TMA_DEEP_WARPS_STAGES``: two and three latent buffers, one program per SM) at the most splits that keep every
-    program on an SM of its own (``sms // programs``): on an H200 (2026-11-29, ``benchmarks/experiments/mla_stages.py``)
-    they were the fastest config at 8 x 3000 and 12000, 32 x 3000 and 128 x 700 (6-9 % less time: 8 x 12000 49.2
-    against 53.4 us, 128 x 700 44.3 against 48.5) and 0.5-19 % slower than the best at the other six shapes of 132 or
-    fewer requests, where the search keeps the faster (docs/kernels.md "Deeper TMA pipelines")."""
+    best gathers at 5 of 8 shapes on 64-token pages by 2.2-8.5 % and lost the other three (128 x 3000 by 10.7 %, 48 x
+    3000 by 4.9 %, 1 x 3000 by 1.8 %), where the search keeps gathers; 16-position TMA tiles (all a 16-token page
+    allows) and 64-position ones were slower than gathers nearly everywhere, and other row counts were not measured
+    (docs/kernels.md "TMA latent tiles"). Where the programs are no more than the SMs, it also adds 32-position TMA
+    tiles with 6 and 8 stages (``_TMA_DEEP_WARPS_STAGES``: two and three latent buffers, one program per SM) at the most
+    splits that keep every program on an SM of its own (``sms // programs``): on an H200 (2026-11-29,
+    ``benchmarks/experiments/mla_stages.py``) they were the fastest config at 8 x 3000 and 12000, 32 x 3000 and 128 x
+    700 (6-9 % less time: 8 x 12000 49.2 against 53.4 us, 128 x 700 44.3 against 48.5) and 0.5-19 % slower than the best
+    at the other six shapes of 132 or fewer requests, where the search keeps the faster (docs/kernels.md "Deeper TMA
+    pipelines")."""
     auto = default_mla_config(
         num_heads=num_heads, max_query_len=max_query_len, batch=batch, max_seq_len=max_seq_len, sms=sms,
         kv_bytes=kv_bytes,
