@@ -84,12 +84,25 @@ def fa3_schedule(
     )
 
 
+def in_place(kept: torch.Tensor | None, new: torch.Tensor | None) -> torch.Tensor | None:
+    """``new``'s values in ``kept``'s memory where the shapes and dtypes agree (a captured graph reads ``kept``),
+    else ``new`` itself."""
+    if kept is None or new is None or kept.shape != new.shape or kept.dtype != new.dtype:
+        return new
+    return kept.copy_(new)
+
+
 class FlashAttnRunner(Runner):
     """Wraps ``flash_attn_varlen_func`` with a block table, from vllm's ``vllm_flash_attn`` (``seqused_k``,
-    ``fa_version``) or else Dao-AILab's ``flash_attn`` (FA2 only, ``cu_seqlens_k``, pages of 256); not graph-safe."""
+    ``fa_version``) or else Dao-AILab's ``flash_attn`` (FA2 only, ``cu_seqlens_k``, pages of 256).
+
+    The timed call is FlashAttention's alone: the LSE it returns (heads first) is kept as it comes (``lse``; in a
+    captured graph, the graph's buffer) and transposed in ``lse_natural``, outside the timed call, as FlashInfer's
+    base-2 LSE is converted there (vLLM asks for no LSE outside DCP; FA3 writes it anyway). vllm_flash_attn's FA3 is
+    replayed from a CUDA graph, as vLLM runs it (``AttentionCGSupport.ALWAYS`` for FA3: decode and mixed batches in
+    full graphs); a later ``prepare`` rewrites its tile schedule in place."""
 
     returns_lse = True
-    supports_graphs = False
 
     def __init__(self, tactic: str, sinks: bool = False) -> None:
         super().__init__()
@@ -106,6 +119,7 @@ class FlashAttnRunner(Runner):
             )
         self.problem: AttentionProblem | None = None
         self.schedule: Any = None  # FA3's tile schedule, made in prepare (vllm_flash_attn FA3 only)
+        self.supports_graphs = self.flavour == "vllm_flash_attn" and self.version == 3
 
     def prepare(self, p: AttentionProblem) -> None:
         if p.layout != "NHD":
@@ -115,19 +129,21 @@ class FlashAttnRunner(Runner):
                 "flash_attn's paged KV needs a page size that is a multiple of 256 "
                 f"(this cache has {p.page_size}); install vllm for vllm_flash_attn"
             )
-        self._alloc(p, lse=True)
+        self._alloc(p, lse=False)
         self.problem = p
         # FA3 takes bf16 sinks only (hopper/flash_api.cpp: 'We only support bf16 dtype for S aux'), FA4 bf16 too;
         # the problem's sinks are bf16 values, so nothing is rounded
-        self.s_aux = None if p.sinks is None else p.sinks.to(torch.bfloat16).contiguous()
+        s_aux = None if p.sinks is None else p.sinks.to(torch.bfloat16).contiguous()
+        self.s_aux = in_place(getattr(self, "s_aux", None), s_aux)
         self.cu_k = torch.cat([torch.zeros(1, dtype=torch.int32, device=p.q.device), p.seq_lens.cumsum(0)]).int()
         fa3 = self.flavour == "vllm_flash_attn" and self.version == 3
         spec = p.spec
-        self.schedule = (
+        schedule = (
             fa3_schedule(self.mod, p, num_heads_kv=spec.num_kv_heads, headdim=spec.head_size, window=self._window(p))
             if fa3
             else None
         )
+        self.schedule = in_place(self.schedule, schedule)
 
     @staticmethod
     def _window(p: AttentionProblem) -> tuple[int, int]:
@@ -135,7 +151,7 @@ class FlashAttnRunner(Runner):
 
     def run(self) -> None:
         p = self.problem
-        assert p is not None and self.out is not None and self.lse is not None
+        assert p is not None and self.out is not None
         spec = p.spec
         window = self._window(p)
         common: dict[str, Any] = dict(
@@ -148,7 +164,7 @@ class FlashAttnRunner(Runner):
             block_table=p.block_table,
         )
         if self.flavour == "vllm_flash_attn":
-            o, lse = self.mod.flash_attn_varlen_func(
+            _, self.lse = self.mod.flash_attn_varlen_func(
                 p.q,
                 p.k_cache(),
                 p.v_cache(),
@@ -162,7 +178,7 @@ class FlashAttnRunner(Runner):
                 **common,
             )
         else:
-            o, lse, _ = self.mod.flash_attn_varlen_func(
+            o, self.lse, _ = self.mod.flash_attn_varlen_func(
                 p.q,
                 p.k_cache(),
                 p.v_cache(),
@@ -172,7 +188,14 @@ class FlashAttnRunner(Runner):
                 **common,
             )
             self.out.copy_(o)
-        self.lse.copy_(lse.transpose(0, 1) if lse.shape[0] == spec.num_heads else lse)
+
+    def lse_natural(self) -> torch.Tensor | None:
+        """The last call's LSE as [tokens, heads] (``self.lse`` is as FlashAttention returns it, heads first); not
+        timed."""
+        lse, p = self.lse, self.problem
+        if lse is None or p is None:
+            return None
+        return lse.transpose(0, 1) if lse.shape[0] == p.spec.num_heads else lse
 
 
 class FlashAttnCandidate(Candidate):
