@@ -15,11 +15,16 @@ space plus these configs, and the probe's own job (``job.run_job``: the correctn
 reference, then the CUDA-graph timing with its L2 flush) measures the ``tuned`` tactic with it: every config must
 match auto's output, and the record keeps each config's screen time; FlashInfer's fa3 beside it.
 
-    python benchmarks/experiments/mla_stages.py [--time-cap 0.3] [--out FILE.jsonl]   (needs a CUDA GPU, SM 9.0+)
+    python benchmarks/experiments/mla_stages.py [--shapes BATCH:CONTEXT ...] [--deep N:WARPS:STAGES:KIND:PER_SM ...]
+        [--time-cap 0.3] [--out FILE.jsonl]   (needs a CUDA GPU, SM 9.0+)
+
+``--shapes`` and ``--deep`` replace the lists below (``KIND``: ``tma`` or ``gather``; ``PER_SM``: the programs an SM
+holds at that config's shared memory, 1 or 2).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
 from pathlib import Path
@@ -63,6 +68,17 @@ def deep_space(**shape: int) -> list[triton_mla.MlaConfig]:
 
 
 def main() -> int:
+    global SHAPES, DEEP
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--shapes", nargs="*", default=[f"{b}:{c}" for b, c in SHAPES])
+    ap.add_argument(
+        "--deep", nargs="*", default=[f"{n}:{w}:{st}:{'tma' if t else 'gather'}:{p}" for n, w, st, t, p in DEEP]
+    )
+    mine, sys.argv[1:] = ap.parse_known_args()
+    SHAPES = [tuple(int(v) for v in s.split(":")) for s in mine.shapes]
+    DEEP = tuple(
+        (int(n), int(w), int(st), kind == "tma", int(p)) for n, w, st, kind, p in (d.split(":") for d in mine.deep)
+    )
     timing, out = options(__doc__)
     spec = dataclasses.replace(
         attention_spec(load_model_config(ROOT / "tests/data/models/deepseek-v3.json"), 8), block_size=PAGE

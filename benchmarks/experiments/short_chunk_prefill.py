@@ -14,7 +14,7 @@ Triton tactics, as reference points.
 (needs a CUDA GPU; ``--no-sweep``: the probe's jobs only; ``--skip``: leave those reference backends out; ``--models``,
 ``--shapes``, ``--tiles``, ``--warps-stages``, ``--splits``: replace the lists below. Splits of one KV tile are swept
 too. ``--decode``: decode workloads instead, ``--shapes`` read as BATCH:CONTEXT, a result line's ``batch`` and
-``phase``.)
+``phase``, FlashInfer's reference point its ``xqa`` tactic.)
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ TILES = [(64, 64), (64, 128), (128, 64), (128, 128)]  # (query rows, KV position
 WARPS_STAGES = [(4, 2), (8, 2), (8, 3)]
 SPLITS = [1, 2, 4, 6, 8, 12, 16, 24, 32, 48]
 REFERENCES = [("FLASHINFER", "fa2-tc"), ("HWTUNE_TRITON_ATTN", "auto"), ("HWTUNE_TRITON_ATTN", "tuned")]
+DECODE_REFERENCES = [("FLASHINFER", "xqa"), ("HWTUNE_TRITON_ATTN", "auto"), ("HWTUNE_TRITON_ATTN", "tuned")]
 
 
 def sweep(
@@ -114,7 +115,8 @@ def main() -> None:
                 workload = AttentionWorkload(spec, "prefill", 1, ctx, query_len=chunk)
             if not mine.no_sweep:
                 sweep(named, workload, out, tiles, warps_stages, mine.splits)
-            for backend, tactic in (ref for ref in REFERENCES if ref[0] not in mine.skip):
+            references = DECODE_REFERENCES if mine.decode else REFERENCES
+            for backend, tactic in (ref for ref in references if ref[0] not in mine.skip):
                 r = probe_job(workload, backend, tactic, timing)
                 emit({**named, "backend": backend, "tactic": tactic, **outcome(r)}, out)
 
