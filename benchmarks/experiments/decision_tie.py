@@ -3,23 +3,21 @@
 tie: the cheapest wins), 1.05 (the default), 1.10 and 1.20, and prints per model and tie the chosen backend, the
 per-phase backends and both scores against the oracle (docs/tuning.md "Selection from measurements", the decision).
 
-    python benchmarks/experiments/decision_tie.py RESULTS_DIR MODEL:TP[:fp8] [RESULTS_DIR MODEL:TP ...]
+    python benchmarks/experiments/decision_tie.py RESULTS_DIR MODEL:TP[:fp8][:bsN] [RESULTS_DIR MODEL:TP ...]
 
 MODEL is a file name under tests/data/models without ``.json``; each RESULTS_DIR holds
-``<model>-tp<TP>[-kv<dtype>]_{train,oracle}.jsonl`` as ``benchmarks/regret_rescore.sh`` reads them; the stores are
-imported into a temporary folder (``dispatch_cells.stores``).
+``<model>-tp<TP>[-kv<dtype>][-bs<N>]_{train,oracle}.jsonl`` as ``benchmarks/regret_rescore.sh`` reads them; the stores
+are imported into a temporary folder (``rescore_variants.import_stores``).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dispatch_cells import stores  # noqa: E402
-from rescore_variants import result_pairs, score_variant  # noqa: E402
+from rescore_variants import rescore  # noqa: E402
 
 TIES = ("1.00", "1.05", "1.10", "1.20")
 
@@ -34,11 +32,7 @@ runpy.run_path("benchmarks/regret.py", run_name="__main__")
 
 
 def main() -> None:
-    for results, path, model, out in result_pairs(sys.argv[1:], __doc__ or ""):
-        cfg, kv, stem = stores(path, model, out)
-        for tie in TIES:
-            row = score_variant(RUNNER, {"DECISION_TIE": tie}, out, ["--model", cfg, "--kv-cache-dtype", kv])
-            print(json.dumps({"model": stem, "results": results, "tie": tie, **row}), flush=True)
+    rescore(sys.argv[1:], __doc__ or "", RUNNER, "DECISION_TIE", "tie", TIES)
 
 
 if __name__ == "__main__":
