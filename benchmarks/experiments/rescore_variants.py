@@ -1,7 +1,7 @@
-"""What the re-scoring experiments share (``decision_tie.py``, ``tactic_tie.py``, ``decision_objective.py``):
-``benchmarks/regret.py --score-only`` run on imported stores under a runner (a Python snippet that patches the selector
-from its environment, then runs regret.py), and its output read back: each policy's geomean / p95 / worst, the chosen
-backend and the per-phase backends.
+"""What the re-scoring experiments share (``decision_tie.py``, ``mix_variants.py``, ``tactic_tie.py``,
+``decision_objective.py``): ``benchmarks/regret.py --score-only`` run on imported stores under a runner (a Python
+snippet that patches the selector from its environment, then runs regret.py), and its output read back: each policy's
+geomean / p95 / worst, the chosen backend and the per-phase backends.
 """
 
 from __future__ import annotations
