@@ -39,33 +39,35 @@ def test_a_package_that_fails_to_import_is_a_reason_not_a_crash(monkeypatch) -> 
 
 
 class _FakeVllmFa:
-    """vllm_flash_attn's two calls the runner makes: a schedule of one int32 per request, an attention that writes
-    ``out`` and returns a fresh heads-first LSE (as FA3 does)."""
+    """vllm_flash_attn's two calls the runner makes, recording the split cap each was given: a schedule of one int32
+    per request, an attention that writes ``out`` and returns a fresh heads-first LSE (as FA3 does)."""
 
     def __init__(self) -> None:
-        self.calls = 0
+        self.calls: list[int] = []
+        self.scheduled: list[int] = []
 
-    def get_scheduler_metadata(self, *, batch_size: int, cache_seqlens, **_: object):  # noqa: ANN001, ANN201
-        return cache_seqlens.to(dtype=cache_seqlens.dtype).clone() + batch_size
+    def get_scheduler_metadata(self, *, batch_size: int, cache_seqlens, num_splits: int, **_: object):  # noqa: ANN001, ANN201
+        self.scheduled.append(num_splits)
+        return cache_seqlens.clone() + batch_size
 
-    def flash_attn_varlen_func(self, q, k, v, *, out, **_: object):  # noqa: ANN001, ANN201
+    def flash_attn_varlen_func(self, q, k, v, *, out, num_splits: int = 0, **_: object):  # noqa: ANN001, ANN201
         import torch
 
-        self.calls += 1
+        self.calls.append(num_splits)
         out.fill_(1.0)
         lse = torch.arange(q.shape[1] * q.shape[0], dtype=torch.float32).reshape(q.shape[1], q.shape[0])
         return out, lse
 
 
-def _runner(monkeypatch, tactic: str = "fa3"):  # noqa: ANN001, ANN202
+def _runner(monkeypatch, phase: str = "prefill", batch: int = 2, context: int = 48, query: int = 16, sinks=False):  # noqa: ANN001, ANN202
     from hwtune.core.types import AttentionSpec, AttentionWorkload
     from hwtune.probes.attention.problem import build_problem
 
     fake = _FakeVllmFa()
     monkeypatch.setattr(flash_attn, "flash_attn_module", lambda: ("vllm_flash_attn", fake))
-    w = AttentionWorkload(AttentionSpec(4, 2, 64), "prefill", 2, 48, query_len=16)
+    w = AttentionWorkload(AttentionSpec(4, 2, 64, sinks=sinks), phase, batch, context, query_len=query)
     problem = build_problem(w, "cpu", seed=0)
-    return flash_attn.FlashAttnRunner(tactic), problem, fake, w
+    return flash_attn.FlashAttnRunner("fa3", sinks=sinks), problem, fake, w
 
 
 def test_the_timed_call_is_flash_attention_alone_and_the_lse_is_transposed_outside_it(monkeypatch) -> None:
@@ -74,22 +76,42 @@ def test_the_timed_call_is_flash_attention_alone_and_the_lse_is_transposed_outsi
     runner, problem, fake, _ = _runner(monkeypatch)
     runner.prepare(problem)
     runner.run()
-    assert fake.calls == 1
+    assert len(fake.calls) == 1
     heads_first = runner.lse
     assert heads_first is not None and heads_first.shape == (4, problem.num_tokens)  # kept as returned
     torch.testing.assert_close(runner.lse_natural(), heads_first.transpose(0, 1))
 
 
-def test_fa3_replays_from_a_graph_and_a_second_prepare_rewrites_its_schedule_in_place(monkeypatch) -> None:
+def test_fa3_runs_as_vllm_runs_it_graphed_with_capped_splits_up_to_its_graph_size_else_eager(monkeypatch) -> None:
+    runner, problem, fake, _ = _runner(monkeypatch, "decode", 8, 300, 1)
+    runner.prepare(problem)
+    runner.run()
+    assert runner.supports_graphs and fake.scheduled == fake.calls == [flash_attn.VLLM_GRAPH_MAX_SPLITS]
+    big = flash_attn.VLLM_GRAPH_MAX_TOKENS + 1
+    runner, problem, fake, _ = _runner(monkeypatch, "prefill", 1, big, big)
+    runner.prepare(problem)
+    runner.run()
+    assert not runner.supports_graphs and fake.scheduled == fake.calls == [0]  # FA3's own heuristic, eager
+    assert not flash_attn.FlashAttnRunner("fa2").supports_graphs  # FA2: not captured (not measured captured)
+
+
+def test_a_second_prepare_rewrites_the_schedule_and_sinks_in_place_and_refuses_another_shape(monkeypatch) -> None:
+    import pytest
+    import torch
+
     from hwtune.probes.attention.problem import build_problem
 
-    runner, problem, _, w = _runner(monkeypatch)
-    assert runner.supports_graphs
+    runner, problem, _, w = _runner(monkeypatch, sinks=True)
+    problem.sinks = torch.randn(4)  # float32: the runner keeps a bf16 copy, which a graph would read
     runner.prepare(problem)
-    schedule = runner.schedule
+    schedule, s_aux = runner.schedule, runner.s_aux
     before = schedule.clone()
     second = build_problem(w, "cpu", seed=1, like=problem, lengths=([16, 16], [40, 30]))
+    second.sinks = torch.randn(4)
     runner.prepare(second)
-    assert runner.schedule is schedule  # the address a captured graph reads
+    assert runner.schedule is schedule and runner.s_aux is s_aux  # the addresses a captured graph reads
     assert not bool((runner.schedule == before).all())  # with batch B's values
-    assert not flash_attn.FlashAttnRunner("fa2").supports_graphs  # FA2: not captured (not measured captured)
+    torch.testing.assert_close(runner.s_aux, second.sinks.to(torch.bfloat16))
+    other = _runner(monkeypatch, "prefill", 3, 48, 16, sinks=True)[1]
+    with pytest.raises(ValueError, match="a runner serves batches of one shape"):
+        runner.prepare(other)

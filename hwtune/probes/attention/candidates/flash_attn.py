@@ -60,12 +60,14 @@ def fa3_schedule(
     headdim: int,
     headdim_v: int | None = None,
     window: tuple[int, int] = (-1, -1),
+    num_splits: int = 0,
 ) -> Any:
     """FA3's tile schedule for the batch of ``p``, made ahead of the call as vLLM's FlashAttention metadata builders
-    make it once per step (``aot_schedule``, vllm v1/attention/backends/flash_attn.py and mla/flashattn_mla.py;
-    ``num_splits=0``: FA3's own split heuristic, as outside CUDA graphs); without it each call would first run FA3's
-    scheduling kernel. vLLM makes none for a model of more than one sliding-window size (gpt-oss, Gemma-2/3), whose
-    calls schedule themselves: a runner that passes this one leaves that cost out there."""
+    make it once per step (``aot_schedule``, vllm v1/attention/backends/flash_attn.py and mla/flashattn_mla.py);
+    without it each call would first run FA3's scheduling kernel. ``num_splits``: 0 for FA3's own split heuristic (vLLM
+    outside CUDA graphs), else the most splits (``VLLM_GRAPH_MAX_SPLITS`` in full graphs); the call must pass the same.
+    vLLM makes none for a model of more than one sliding-window size (gpt-oss, Gemma-2/3), whose calls schedule
+    themselves: a runner that passes this one leaves that cost out there."""
     return mod.get_scheduler_metadata(
         batch_size=p.batch,
         max_seqlen_q=p.max_query_len,
@@ -80,15 +82,29 @@ def fa3_schedule(
         page_size=p.page_size,
         causal=True,
         window_size=window,
-        num_splits=0,
+        num_splits=num_splits,
     )
 
 
+#: vLLM runs a batch of at most this many tokens in a full CUDA graph (``max_cudagraph_capture_size``, by default
+#: min(2 x max_num_seqs, 512): vllm/config/compilation.py), and there caps FA3's splits at
+#: ``flash_attn_max_num_splits_for_cuda_graph`` (32, vllm/config/attention.py), passed to the schedule and the call
+#: alike; larger batches run eagerly with FA3's own split heuristic (``num_splits=0``, "not CG compatible":
+#: vllm/v1/attention/backends/flash_attn.py). vLLM 0.25.1.
+VLLM_GRAPH_MAX_TOKENS = 512
+VLLM_GRAPH_MAX_SPLITS = 32
+
+
 def in_place(kept: torch.Tensor | None, new: torch.Tensor | None) -> torch.Tensor | None:
-    """``new``'s values in ``kept``'s memory where the shapes and dtypes agree (a captured graph reads ``kept``),
-    else ``new`` itself."""
-    if kept is None or new is None or kept.shape != new.shape or kept.dtype != new.dtype:
+    """``new``'s values in ``kept``'s memory (a captured graph reads ``kept``); ``new`` itself where nothing is kept.
+    Raises where the two differ in shape or dtype: a graph captured on ``kept`` would read stale values."""
+    if kept is None or new is None:
         return new
+    if kept.shape != new.shape or kept.dtype != new.dtype:
+        raise ValueError(
+            f"FLASH_ATTN's runner was prepared for a batch whose metadata is {tuple(kept.shape)} {kept.dtype}, not "
+            f"{tuple(new.shape)} {new.dtype}: a runner serves batches of one shape; make a new one"
+        )
     return kept.copy_(new)
 
 
@@ -98,9 +114,10 @@ class FlashAttnRunner(Runner):
 
     The timed call is FlashAttention's alone: the LSE it returns (heads first) is kept as it comes (``lse``; in a
     captured graph, the graph's buffer) and transposed in ``lse_natural``, outside the timed call, as FlashInfer's
-    base-2 LSE is converted there (vLLM asks for no LSE outside DCP; FA3 writes it anyway). vllm_flash_attn's FA3 is
-    replayed from a CUDA graph, as vLLM runs it (``AttentionCGSupport.ALWAYS`` for FA3: decode and mixed batches in
-    full graphs); a later ``prepare`` rewrites its tile schedule in place."""
+    base-2 LSE is converted there (vLLM asks for no LSE outside DCP; FA3 writes it anyway). vllm_flash_attn's FA3 runs
+    as vLLM runs it: a batch of up to ``VLLM_GRAPH_MAX_TOKENS`` tokens replayed from a CUDA graph with at most
+    ``VLLM_GRAPH_MAX_SPLITS`` splits (FA3 supports full graphs for any batch, ``AttentionCGSupport.ALWAYS``; a later
+    ``prepare`` rewrites the tile schedule in place), a larger one called eagerly with FA3's own split heuristic."""
 
     returns_lse = True
 
@@ -119,7 +136,8 @@ class FlashAttnRunner(Runner):
             )
         self.problem: AttentionProblem | None = None
         self.schedule: Any = None  # FA3's tile schedule, made in prepare (vllm_flash_attn FA3 only)
-        self.supports_graphs = self.flavour == "vllm_flash_attn" and self.version == 3
+        self.num_splits = 0  # FA3's split cap, set in prepare: 0 (its heuristic) or VLLM_GRAPH_MAX_SPLITS
+        self.s_aux: torch.Tensor | None = None
 
     def prepare(self, p: AttentionProblem) -> None:
         if p.layout != "NHD":
@@ -134,15 +152,20 @@ class FlashAttnRunner(Runner):
         # FA3 takes bf16 sinks only (hopper/flash_api.cpp: 'We only support bf16 dtype for S aux'), FA4 bf16 too;
         # the problem's sinks are bf16 values, so nothing is rounded
         s_aux = None if p.sinks is None else p.sinks.to(torch.bfloat16).contiguous()
-        self.s_aux = in_place(getattr(self, "s_aux", None), s_aux)
+        self.s_aux = in_place(self.s_aux, s_aux)
         self.cu_k = torch.cat([torch.zeros(1, dtype=torch.int32, device=p.q.device), p.seq_lens.cumsum(0)]).int()
         fa3 = self.flavour == "vllm_flash_attn" and self.version == 3
+        self.supports_graphs = fa3 and p.num_tokens <= VLLM_GRAPH_MAX_TOKENS
+        self.num_splits = VLLM_GRAPH_MAX_SPLITS if self.supports_graphs else 0
         spec = p.spec
         schedule = (
-            fa3_schedule(self.mod, p, num_heads_kv=spec.num_kv_heads, headdim=spec.head_size, window=self._window(p))
+            fa3_schedule(
+                self.mod, p, num_heads_kv=spec.num_kv_heads, headdim=spec.head_size, window=self._window(p),
+                num_splits=self.num_splits,
+            )
             if fa3
             else None
-        )
+        )  # fmt: skip
         self.schedule = in_place(self.schedule, schedule)
 
     @staticmethod
@@ -173,7 +196,11 @@ class FlashAttnRunner(Runner):
                 return_softmax_lse=True,
                 fa_version=self.version,
                 out=self.out,
-                **({"scheduler_metadata": self.schedule} if self.schedule is not None else {}),
+                **(
+                    {"scheduler_metadata": self.schedule, "num_splits": self.num_splits}
+                    if self.schedule is not None
+                    else {}
+                ),
                 **({"s_aux": self.s_aux} if self.s_aux is not None else {}),
                 **common,
             )
