@@ -59,7 +59,7 @@ class _FakeVllmFa:
         return out, lse
 
 
-def _runner(monkeypatch, phase: str = "prefill", batch: int = 2, context: int = 48, query: int = 16, sinks=False):  # noqa: ANN001, ANN202
+def _runner(monkeypatch, phase="prefill", batch=2, context=48, query=16, sinks=False, tactic="fa3"):  # noqa: ANN001, ANN202
     from hwtune.core.types import AttentionSpec, AttentionWorkload
     from hwtune.probes.attention.problem import build_problem
 
@@ -67,7 +67,7 @@ def _runner(monkeypatch, phase: str = "prefill", batch: int = 2, context: int = 
     monkeypatch.setattr(flash_attn, "flash_attn_module", lambda: ("vllm_flash_attn", fake))
     w = AttentionWorkload(AttentionSpec(4, 2, 64, sinks=sinks), phase, batch, context, query_len=query)
     problem = build_problem(w, "cpu", seed=0)
-    return flash_attn.FlashAttnRunner("fa3", sinks=sinks), problem, fake, w
+    return flash_attn.FlashAttnRunner(tactic, sinks=sinks), problem, fake, w
 
 
 def test_the_timed_call_is_flash_attention_alone_and_the_lse_is_transposed_outside_it(monkeypatch) -> None:
@@ -82,17 +82,26 @@ def test_the_timed_call_is_flash_attention_alone_and_the_lse_is_transposed_outsi
     torch.testing.assert_close(runner.lse_natural(), heads_first.transpose(0, 1))
 
 
-def test_fa3_runs_as_vllm_runs_it_graphed_with_capped_splits_up_to_its_graph_size_else_eager(monkeypatch) -> None:
-    runner, problem, fake, _ = _runner(monkeypatch, "decode", 8, 300, 1)
+def _prepared_run(monkeypatch, *shape, tactic="fa3"):  # noqa: ANN001, ANN202
+    runner, problem, fake, _ = _runner(monkeypatch, *shape, tactic=tactic)
     runner.prepare(problem)
     runner.run()
-    assert runner.supports_graphs and fake.scheduled == fake.calls == [flash_attn.VLLM_GRAPH_MAX_SPLITS]
-    big = flash_attn.VLLM_GRAPH_MAX_TOKENS + 1
-    runner, problem, fake, _ = _runner(monkeypatch, "prefill", 1, big, big)
-    runner.prepare(problem)
-    runner.run()
-    assert not runner.supports_graphs and fake.scheduled == fake.calls == [0]  # FA3's own heuristic, eager
-    assert not flash_attn.FlashAttnRunner("fa2").supports_graphs  # FA2: not captured (not measured captured)
+    return runner, fake
+
+
+def test_fa3_runs_as_vllm_runs_it_uniform_decode_graphed_and_small_batches_with_capped_splits(monkeypatch) -> None:
+    cap, most = flash_attn.VLLM_GRAPH_MAX_SPLITS, flash_attn.VLLM_GRAPH_MAX_TOKENS
+    for batch in (8, most):  # a uniform decode batch up to vLLM's largest graph: graphed, splits capped
+        runner, fake = _prepared_run(monkeypatch, "decode", batch, 300, 1)
+        assert runner.supports_graphs and fake.scheduled == fake.calls == [cap], batch
+    runner, fake = _prepared_run(monkeypatch, "decode", most + 1, 300, 1)  # past it: eager, FA3's heuristic
+    assert not runner.supports_graphs and fake.scheduled == fake.calls == [0]
+    runner, fake = _prepared_run(monkeypatch, "prefill", 1, 2000, 96)  # a small prefill: eager (piecewise), capped
+    assert not runner.supports_graphs and fake.scheduled == fake.calls == [cap]
+    runner, fake = _prepared_run(monkeypatch, "prefill", 1, most + 1, most + 1)
+    assert not runner.supports_graphs and fake.scheduled == fake.calls == [0]
+    runner, fake = _prepared_run(monkeypatch, "decode", 8, 300, 1, tactic="fa2")  # FA2: no schedule, no graph
+    assert not runner.supports_graphs and fake.scheduled == [] and fake.calls == [0]
 
 
 def test_a_second_prepare_rewrites_the_schedule_and_sinks_in_place_and_refuses_another_shape(monkeypatch) -> None:
@@ -115,3 +124,7 @@ def test_a_second_prepare_rewrites_the_schedule_and_sinks_in_place_and_refuses_a
     other = _runner(monkeypatch, "prefill", 3, 48, 16, sinks=True)[1]
     with pytest.raises(ValueError, match="a runner serves batches of one shape"):
         runner.prepare(other)
+    assert runner.problem is second  # refused before anything changed
+    kept = torch.zeros(2, dtype=torch.int32)
+    with pytest.raises(ValueError, match="one shape"):
+        flash_attn.in_place((kept, torch.zeros(2, dtype=torch.int64)))

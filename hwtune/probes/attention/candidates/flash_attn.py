@@ -86,26 +86,29 @@ def fa3_schedule(
     )
 
 
-#: vLLM runs a batch of at most this many tokens in a full CUDA graph (``max_cudagraph_capture_size``, by default
-#: min(2 x max_num_seqs, 512): vllm/config/compilation.py), and there caps FA3's splits at
-#: ``flash_attn_max_num_splits_for_cuda_graph`` (32, vllm/config/attention.py), passed to the schedule and the call
-#: alike; larger batches run eagerly with FA3's own split heuristic (``num_splits=0``, "not CG compatible":
-#: vllm/v1/attention/backends/flash_attn.py). vLLM 0.25.1.
+#: How vLLM 0.25.1 runs FA3 by default (``CUDAGraphMode.FULL_AND_PIECEWISE``): a uniform decode batch (every request
+#: the same query length, speculative tokens included) of at most ``VLLM_GRAPH_MAX_TOKENS`` tokens in a full CUDA graph
+#: (vllm/v1/cudagraph_dispatcher.py; ``max_cudagraph_capture_size``, min(2 x max_num_seqs x (1 + speculative tokens),
+#: 512): vllm/config/vllm.py), any other batch with attention outside the graphs (piecewise). Every batch of at most
+#: that many tokens has FA3's splits capped at ``flash_attn_max_num_splits_for_cuda_graph`` (32,
+#: vllm/config/attention.py) in the schedule and the call; a larger one gets FA3's own split heuristic
+#: (``num_splits=0``, "not CG compatible": vllm/v1/attention/backends/flash_attn.py). Not mirrored: vLLM pads a graphed
+#: batch up to its capture size.
 VLLM_GRAPH_MAX_TOKENS = 512
 VLLM_GRAPH_MAX_SPLITS = 32
 
 
-def in_place(kept: torch.Tensor | None, new: torch.Tensor | None) -> torch.Tensor | None:
-    """``new``'s values in ``kept``'s memory (a captured graph reads ``kept``); ``new`` itself where nothing is kept.
-    Raises where the two differ in shape or dtype: a graph captured on ``kept`` would read stale values."""
-    if kept is None or new is None:
-        return new
-    if kept.shape != new.shape or kept.dtype != new.dtype:
-        raise ValueError(
-            f"FLASH_ATTN's runner was prepared for a batch whose metadata is {tuple(kept.shape)} {kept.dtype}, not "
-            f"{tuple(new.shape)} {new.dtype}: a runner serves batches of one shape; make a new one"
-        )
-    return kept.copy_(new)
+def in_place(*pairs: tuple[torch.Tensor | None, torch.Tensor | None]) -> list[torch.Tensor | None]:
+    """For each (kept, new): ``new``'s values in ``kept``'s memory (a captured graph reads ``kept``), or ``new`` itself
+    where nothing is kept. Raises, before copying any, where a pair differs in shape or dtype: a graph captured on
+    ``kept`` would read stale values."""
+    for kept, new in pairs:
+        if kept is not None and new is not None and (kept.shape != new.shape or kept.dtype != new.dtype):
+            raise ValueError(
+                f"FLASH_ATTN's runner was prepared for a batch whose metadata is {tuple(kept.shape)} {kept.dtype}, "
+                f"not {tuple(new.shape)} {new.dtype}: a runner serves batches of one shape; make a new one"
+            )
+    return [new if kept is None or new is None else kept.copy_(new) for kept, new in pairs]
 
 
 class FlashAttnRunner(Runner):
@@ -115,9 +118,9 @@ class FlashAttnRunner(Runner):
     The timed call is FlashAttention's alone: the LSE it returns (heads first) is kept as it comes (``lse``; in a
     captured graph, the graph's buffer) and transposed in ``lse_natural``, outside the timed call, as FlashInfer's
     base-2 LSE is converted there (vLLM asks for no LSE outside DCP; FA3 writes it anyway). vllm_flash_attn's FA3 runs
-    as vLLM runs it: a batch of up to ``VLLM_GRAPH_MAX_TOKENS`` tokens replayed from a CUDA graph with at most
-    ``VLLM_GRAPH_MAX_SPLITS`` splits (FA3 supports full graphs for any batch, ``AttentionCGSupport.ALWAYS``; a later
-    ``prepare`` rewrites the tile schedule in place), a larger one called eagerly with FA3's own split heuristic."""
+    as vLLM runs it (``VLLM_GRAPH_MAX_TOKENS``): a uniform decode batch of up to 512 tokens replayed from a CUDA graph
+    (a later ``prepare`` rewrites the tile schedule and sinks in place), any batch of up to 512 tokens with FA3's splits
+    capped at 32, a larger one with FA3's own split heuristic."""
 
     returns_lse = True
 
@@ -137,6 +140,7 @@ class FlashAttnRunner(Runner):
         self.problem: AttentionProblem | None = None
         self.schedule: Any = None  # FA3's tile schedule, made in prepare (vllm_flash_attn FA3 only)
         self.num_splits = 0  # FA3's split cap, set in prepare: 0 (its heuristic) or VLLM_GRAPH_MAX_SPLITS
+        self.supports_graphs = False  # set in prepare: a uniform decode batch of FA3's, as vLLM graphs it
         self.s_aux: torch.Tensor | None = None
 
     def prepare(self, p: AttentionProblem) -> None:
@@ -147,26 +151,26 @@ class FlashAttnRunner(Runner):
                 "flash_attn's paged KV needs a page size that is a multiple of 256 "
                 f"(this cache has {p.page_size}); install vllm for vllm_flash_attn"
             )
-        self._alloc(p, lse=False)
-        self.problem = p
         # FA3 takes bf16 sinks only (hopper/flash_api.cpp: 'We only support bf16 dtype for S aux'), FA4 bf16 too;
         # the problem's sinks are bf16 values, so nothing is rounded
         s_aux = None if p.sinks is None else p.sinks.to(torch.bfloat16).contiguous()
-        self.s_aux = in_place(self.s_aux, s_aux)
-        self.cu_k = torch.cat([torch.zeros(1, dtype=torch.int32, device=p.q.device), p.seq_lens.cumsum(0)]).int()
         fa3 = self.flavour == "vllm_flash_attn" and self.version == 3
-        self.supports_graphs = fa3 and p.num_tokens <= VLLM_GRAPH_MAX_TOKENS
-        self.num_splits = VLLM_GRAPH_MAX_SPLITS if self.supports_graphs else 0
+        small = p.num_tokens <= VLLM_GRAPH_MAX_TOKENS
+        splits = VLLM_GRAPH_MAX_SPLITS if fa3 and small else 0
         spec = p.spec
         schedule = (
             fa3_schedule(
                 self.mod, p, num_heads_kv=spec.num_kv_heads, headdim=spec.head_size, window=self._window(p),
-                num_splits=self.num_splits,
+                num_splits=splits,
             )
             if fa3
             else None
         )  # fmt: skip
-        self.schedule = in_place(self.schedule, schedule)
+        self.s_aux, self.schedule = in_place((self.s_aux, s_aux), (self.schedule, schedule))
+        self._alloc(p, lse=False)
+        self.problem, self.num_splits = p, splits
+        self.supports_graphs = fa3 and small and set(p.query_lens) == {spec.query_len_decode}  # uniform decode
+        self.cu_k = torch.cat([torch.zeros(1, dtype=torch.int32, device=p.q.device), p.seq_lens.cumsum(0)]).int()
 
     @staticmethod
     def _window(p: AttentionProblem) -> tuple[int, int]:
