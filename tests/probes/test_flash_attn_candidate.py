@@ -128,3 +128,31 @@ def test_a_second_prepare_rewrites_the_schedule_and_sinks_in_place_and_refuses_a
     kept = torch.zeros(2, dtype=torch.int32)
     with pytest.raises(ValueError, match="one shape"):
         flash_attn.in_place((kept, torch.zeros(2, dtype=torch.int64)))
+
+
+def test_flash_attn_mla_runs_as_vllm_runs_it_and_transposes_its_lse_outside_the_timed_call(monkeypatch) -> None:
+    import dataclasses
+    from pathlib import Path
+
+    import torch
+
+    from hwtune.core.model_config import attention_spec, load_model_config
+    from hwtune.core.types import AttentionWorkload
+    from hwtune.probes.attention.candidates import mla_flash_attn
+    from hwtune.probes.attention.problem import build_problem
+
+    models = Path(__file__).resolve().parents[1] / "data" / "models"
+    spec = dataclasses.replace(attention_spec(load_model_config(models / "deepseek-v3.json"), 8), num_heads=2)
+    for batch, graphed, cap in (
+        (4, True, flash_attn.VLLM_GRAPH_MAX_SPLITS),
+        (flash_attn.VLLM_GRAPH_MAX_TOKENS + 1, False, 0),
+    ):
+        fake = _FakeVllmFa()
+        monkeypatch.setattr(mla_flash_attn, "flash_attn_module", lambda fake=fake: ("vllm_flash_attn", fake))
+        problem = build_problem(AttentionWorkload(spec, "decode", batch, 40), "cpu", seed=0)
+        runner = mla_flash_attn.FlashAttnMlaRunner()
+        runner.prepare(problem)
+        runner.run()
+        assert runner.supports_graphs is graphed and fake.scheduled == fake.calls == [cap], batch
+        assert runner.lse is not None and runner.lse.shape == (2, problem.num_tokens)  # as returned, heads first
+        torch.testing.assert_close(runner.lse_natural(), runner.lse.transpose(0, 1))

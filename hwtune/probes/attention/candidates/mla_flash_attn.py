@@ -1,12 +1,14 @@
-"""FLASH_ATTN_MLA: vLLM's FlashAttention-3 MLA decode (``vllm.vllm_flash_attn``), called the way vLLM's backend calls
-it (vllm v1/attention/backends/mla/flashattn_mla.py ``FlashAttnMLAImpl.forward_mqa``): the rope part of the absorbed
-query and of the latent cache as FA3's query and key (``q_pe`` [tokens, heads, 64], ``k_pe`` [pages, page, 1, 64]),
-the latent part as FA3's value-sized extra query and its value (``q_v = q_nope`` [tokens, heads, 512], ``v = ckv``
-[pages, page, 1, 512]), so that the score is ``q_pe . k_pe + q_nope . ckv``; ``causal=True`` (speculative-decode
-tokens), the LSE returned ([heads, tokens], natural log). FA3's tile schedule is made in ``prepare`` as vLLM's
-metadata builder makes it (``get_scheduler_metadata`` with ``headdim_v``); not graph-captured (the host's
-``max_seqlen`` integers, as FLASH_ATTN's runner). Decode only, 16-bit caches only (vLLM: 'FP8 FlashAttention MLA not
-yet supported'); vLLM runs MLA prefill through its non-absorbed path.
+"""FLASH_ATTN_MLA: vLLM's FlashAttention-3 MLA decode (``vllm.vllm_flash_attn``), called the way vLLM's backend calls it
+(vllm v1/attention/backends/mla/flashattn_mla.py ``FlashAttnMLAImpl.forward_mqa``): the rope part of the absorbed query
+and of the latent cache as FA3's query and key (``q_pe`` [tokens, heads, 64], ``k_pe`` [pages, page, 1, 64]), the latent
+part as FA3's value-sized extra query and its value (``q_v = q_nope`` [tokens, heads, 512], ``v = ckv`` [pages, page, 1,
+512]), so that the score is ``q_pe . k_pe + q_nope . ckv``; ``causal=True`` (speculative-decode tokens), the LSE
+returned ([heads, tokens], natural log; kept as returned and transposed in ``lse_natural``, outside the timed call).
+FA3's tile schedule is made in ``prepare`` as vLLM's metadata builder makes it (``get_scheduler_metadata`` with
+``headdim_v``), and the batch runs as vLLM runs it (``flash_attn.VLLM_GRAPH_MAX_TOKENS``): a uniform decode batch of up
+to 512 tokens replayed from a CUDA graph with FA3's splits capped at 32 (vllm mla/flashattn_mla.py: ``max_num_splits``
+under full graphs), a larger one called eagerly with FA3's own heuristic. Decode only, 16-bit caches only (vLLM: 'FP8
+FlashAttention MLA not yet supported'); vLLM runs MLA prefill through its non-absorbed path.
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from hwtune.probes.attention.candidates.base import (
     import_failure,
     refuse_unmeasured_phase,
 )
-from hwtune.probes.attention.candidates.flash_attn import extension_missing, fa3_schedule, flash_attn_module
+from hwtune.probes.attention.candidates.flash_attn import (
+    VLLM_GRAPH_MAX_SPLITS,
+    VLLM_GRAPH_MAX_TOKENS,
+    extension_missing,
+    fa3_schedule,
+    flash_attn_module,
+    in_place,
+)
 from hwtune.probes.attention.candidates.mla_base import MlaRunner, as_mla
 from hwtune.probes.attention.mla import MlaProblem
 from hwtune.probes.attention.problem import AttentionProblem
@@ -41,6 +50,8 @@ class FlashAttnMlaRunner(MlaRunner):
         self.mod = found[1]
         self.problem: MlaProblem | None = None
         self.schedule: Any = None
+        self.num_splits = 0  # FA3's split cap, set in prepare: 0 (its heuristic) or VLLM_GRAPH_MAX_SPLITS
+        self.supports_graphs = False  # set in prepare: a uniform decode batch of up to VLLM_GRAPH_MAX_TOKENS
 
     def prepare(self, problem: AttentionProblem) -> None:
         p = as_mla(problem)
@@ -49,15 +60,21 @@ class FlashAttnMlaRunner(MlaRunner):
             raise Unsupported(
                 "vLLM's FLASH_ATTN_MLA takes 16-bit caches only ('FP8 FlashAttention MLA not yet supported')"
             )
-        self._alloc(p, lse=True)
-        self.problem = p
-        self.schedule = fa3_schedule(self.mod, p, num_heads_kv=1, headdim=p.dims.rope, headdim_v=p.dims.lora)
+        small = p.num_tokens <= VLLM_GRAPH_MAX_TOKENS
+        splits = VLLM_GRAPH_MAX_SPLITS if small else 0
+        schedule = fa3_schedule(
+            self.mod, p, num_heads_kv=1, headdim=p.dims.rope, headdim_v=p.dims.lora, num_splits=splits
+        )
+        (self.schedule,) = in_place((self.schedule, schedule))
+        self._alloc(p, lse=False)
+        self.problem, self.num_splits = p, splits
+        self.supports_graphs = small and len(set(p.query_lens)) == 1  # a uniform decode batch, as vLLM graphs it
 
     def run(self) -> None:
         p = self.problem
-        assert p is not None and p.dims is not None and self.out is not None and self.lse is not None
+        assert p is not None and p.dims is not None and self.out is not None
         lora = p.dims.lora
-        _, lse = self.mod.flash_attn_varlen_func(
+        _, self.lse = self.mod.flash_attn_varlen_func(
             q=p.q[..., lora:],
             k=p.kv_cache[..., lora:].unsqueeze(-2),
             v=p.kv_cache[..., :lora].unsqueeze(-2),
@@ -72,9 +89,13 @@ class FlashAttnMlaRunner(MlaRunner):
             return_softmax_lse=True,
             fa_version=3,
             scheduler_metadata=self.schedule,
+            num_splits=self.num_splits,
             out=self.out,
         )
-        self.lse.copy_(lse.transpose(0, 1))
+
+    def lse_natural(self) -> torch.Tensor | None:
+        """The last call's LSE as [tokens, heads] (``self.lse`` is as FA3 returns it, heads first); not timed."""
+        return None if self.lse is None else self.lse.transpose(0, 1)
 
 
 class FlashAttnMlaCandidate(Candidate):
