@@ -125,9 +125,12 @@ def test_a_second_prepare_rewrites_the_schedule_and_sinks_in_place_and_refuses_a
     with pytest.raises(ValueError, match="a runner serves batches of one shape"):
         runner.prepare(other)
     assert runner.problem is second  # refused before anything changed
-    kept = torch.zeros(2, dtype=torch.int32)
+    kept, other_kept = torch.zeros(2, dtype=torch.int32), torch.zeros(2, dtype=torch.int32)
     with pytest.raises(ValueError, match="one shape"):
         flash_attn.in_place((kept, torch.zeros(2, dtype=torch.int64)))
+    with pytest.raises(ValueError, match="one shape"):  # every pair checked before any is copied
+        flash_attn.in_place((other_kept, torch.ones(2, dtype=torch.int32)), (kept, torch.zeros(3, dtype=torch.int32)))
+    assert not bool(other_kept.any())
 
 
 def test_flash_attn_mla_runs_as_vllm_runs_it_and_transposes_its_lse_outside_the_timed_call(monkeypatch) -> None:
@@ -143,6 +146,18 @@ def test_flash_attn_mla_runs_as_vllm_runs_it_and_transposes_its_lse_outside_the_
 
     models = Path(__file__).resolve().parents[1] / "data" / "models"
     spec = dataclasses.replace(attention_spec(load_model_config(models / "deepseek-v3.json"), 8), num_heads=2)
+    fake = _FakeVllmFa()
+    monkeypatch.setattr(mla_flash_attn, "flash_attn_module", lambda: ("vllm_flash_attn", fake))
+    runner = mla_flash_attn.FlashAttnMlaRunner()  # one query a request where the spec decodes two: not uniform
+    runner.prepare(build_problem(AttentionWorkload(dataclasses.replace(spec, spec_tokens=1), "decode", 4, 40), "cpu"))
+    assert not runner.supports_graphs
+    w = AttentionWorkload(spec, "decode", 4, 40)
+    runner = mla_flash_attn.FlashAttnMlaRunner()
+    first = build_problem(w, "cpu", seed=0)
+    runner.prepare(first)
+    schedule = runner.schedule
+    runner.prepare(build_problem(w, "cpu", seed=1, like=first, lengths=([1] * 4, [30, 40, 20, 10])))
+    assert runner.schedule is schedule  # rewritten where a captured graph reads it
     for batch, graphed, cap in (
         (4, True, flash_attn.VLLM_GRAPH_MAX_SPLITS),
         (flash_attn.VLLM_GRAPH_MAX_TOKENS + 1, False, 0),

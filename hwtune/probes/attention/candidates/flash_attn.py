@@ -105,8 +105,8 @@ def in_place(*pairs: tuple[torch.Tensor | None, torch.Tensor | None]) -> list[to
     for kept, new in pairs:
         if kept is not None and new is not None and (kept.shape != new.shape or kept.dtype != new.dtype):
             raise ValueError(
-                f"FLASH_ATTN's runner was prepared for a batch whose metadata is {tuple(kept.shape)} {kept.dtype}, "
-                f"not {tuple(new.shape)} {new.dtype}: a runner serves batches of one shape; make a new one"
+                f"this FlashAttention runner was prepared for a batch whose metadata is {tuple(kept.shape)} "
+                f"{kept.dtype}, not {tuple(new.shape)} {new.dtype}: a runner serves batches of one shape; make another"
             )
     return [new if kept is None or new is None else kept.copy_(new) for kept, new in pairs]
 

@@ -68,7 +68,7 @@ class FlashAttnMlaRunner(MlaRunner):
         (self.schedule,) = in_place((self.schedule, schedule))
         self._alloc(p, lse=False)
         self.problem, self.num_splits = p, splits
-        self.supports_graphs = small and len(set(p.query_lens)) == 1  # a uniform decode batch, as vLLM graphs it
+        self.supports_graphs = small and set(p.query_lens) == {p.spec.query_len_decode}  # uniform decode, as vLLM
 
     def run(self) -> None:
         p = self.problem
