@@ -98,6 +98,12 @@ VLLM_GRAPH_MAX_TOKENS = 512
 VLLM_GRAPH_MAX_SPLITS = 32
 
 
+def vllm_fa3_mode(p: AttentionProblem) -> tuple[bool, int]:
+    """How vLLM runs FA3 on the batch of ``p`` (above): (replayed from a CUDA graph, FA3's split cap)."""
+    small = p.num_tokens <= VLLM_GRAPH_MAX_TOKENS
+    return small and set(p.query_lens) == {p.spec.query_len_decode}, VLLM_GRAPH_MAX_SPLITS if small else 0
+
+
 def in_place(*pairs: tuple[torch.Tensor | None, torch.Tensor | None]) -> list[torch.Tensor | None]:
     """For each (kept, new): ``new``'s values in ``kept``'s memory (a captured graph reads ``kept``), or ``new`` itself
     where nothing is kept. Raises, before copying any, where a pair differs in shape or dtype: a graph captured on
@@ -155,8 +161,7 @@ class FlashAttnRunner(Runner):
         # the problem's sinks are bf16 values, so nothing is rounded
         s_aux = None if p.sinks is None else p.sinks.to(torch.bfloat16).contiguous()
         fa3 = self.flavour == "vllm_flash_attn" and self.version == 3
-        small = p.num_tokens <= VLLM_GRAPH_MAX_TOKENS
-        splits = VLLM_GRAPH_MAX_SPLITS if fa3 and small else 0
+        graphed, splits = vllm_fa3_mode(p) if fa3 else (False, 0)
         spec = p.spec
         schedule = (
             fa3_schedule(
@@ -168,8 +173,7 @@ class FlashAttnRunner(Runner):
         )  # fmt: skip
         self.s_aux, self.schedule = in_place((self.s_aux, s_aux), (self.schedule, schedule))
         self._alloc(p, lse=False)
-        self.problem, self.num_splits = p, splits
-        self.supports_graphs = fa3 and small and set(p.query_lens) == {spec.query_len_decode}  # uniform decode
+        self.problem, self.supports_graphs, self.num_splits = p, graphed, splits
         self.cu_k = torch.cat([torch.zeros(1, dtype=torch.int32, device=p.q.device), p.seq_lens.cumsum(0)]).int()
 
     @staticmethod

@@ -5,9 +5,9 @@ part as FA3's value-sized extra query and its value (``q_v = q_nope`` [tokens, h
 512]), so that the score is ``q_pe . k_pe + q_nope . ckv``; ``causal=True`` (speculative-decode tokens), the LSE
 returned ([heads, tokens], natural log; kept as returned and transposed in ``lse_natural``, outside the timed call).
 FA3's tile schedule is made in ``prepare`` as vLLM's metadata builder makes it (``get_scheduler_metadata`` with
-``headdim_v``), and the batch runs as vLLM runs it (``flash_attn.VLLM_GRAPH_MAX_TOKENS``): a uniform decode batch of up
-to 512 tokens replayed from a CUDA graph with FA3's splits capped at 32 (vllm mla/flashattn_mla.py: ``max_num_splits``
-under full graphs), a larger one called eagerly with FA3's own heuristic. Decode only, 16-bit caches only (vLLM: 'FP8
+``headdim_v``), and the batch runs as vLLM runs it (``flash_attn.vllm_fa3_mode``): a uniform decode batch of up to 512
+tokens replayed from a CUDA graph with FA3's splits capped at 32 (vllm mla/flashattn_mla.py: ``max_num_splits`` under
+full graphs), a larger one called eagerly with FA3's own heuristic. Decode only, 16-bit caches only (vLLM: 'FP8
 FlashAttention MLA not yet supported'); vLLM runs MLA prefill through its non-absorbed path.
 """
 
@@ -26,12 +26,11 @@ from hwtune.probes.attention.candidates.base import (
     refuse_unmeasured_phase,
 )
 from hwtune.probes.attention.candidates.flash_attn import (
-    VLLM_GRAPH_MAX_SPLITS,
-    VLLM_GRAPH_MAX_TOKENS,
     extension_missing,
     fa3_schedule,
     flash_attn_module,
     in_place,
+    vllm_fa3_mode,
 )
 from hwtune.probes.attention.candidates.mla_base import MlaRunner, as_mla
 from hwtune.probes.attention.mla import MlaProblem
@@ -50,8 +49,8 @@ class FlashAttnMlaRunner(MlaRunner):
         self.mod = found[1]
         self.problem: MlaProblem | None = None
         self.schedule: Any = None
-        self.num_splits = 0  # FA3's split cap, set in prepare: 0 (its heuristic) or VLLM_GRAPH_MAX_SPLITS
-        self.supports_graphs = False  # set in prepare: a uniform decode batch of up to VLLM_GRAPH_MAX_TOKENS
+        self.num_splits = 0  # FA3's split cap, set in prepare: 0 (its heuristic) or 32 (vllm_fa3_mode)
+        self.supports_graphs = False  # set in prepare: vllm_fa3_mode
 
     def prepare(self, problem: AttentionProblem) -> None:
         p = as_mla(problem)
@@ -60,15 +59,13 @@ class FlashAttnMlaRunner(MlaRunner):
             raise Unsupported(
                 "vLLM's FLASH_ATTN_MLA takes 16-bit caches only ('FP8 FlashAttention MLA not yet supported')"
             )
-        small = p.num_tokens <= VLLM_GRAPH_MAX_TOKENS
-        splits = VLLM_GRAPH_MAX_SPLITS if small else 0
+        graphed, splits = vllm_fa3_mode(p)
         schedule = fa3_schedule(
             self.mod, p, num_heads_kv=1, headdim=p.dims.rope, headdim_v=p.dims.lora, num_splits=splits
         )
         (self.schedule,) = in_place((self.schedule, schedule))
         self._alloc(p, lse=False)
-        self.problem, self.num_splits = p, splits
-        self.supports_graphs = small and set(p.query_lens) == {p.spec.query_len_decode}  # uniform decode, as vLLM
+        self.problem, self.supports_graphs, self.num_splits = p, graphed, splits
 
     def run(self) -> None:
         p = self.problem
