@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import sys
 from pathlib import Path
 from unittest import mock
@@ -47,14 +48,14 @@ REAL_SPACE = mla_configs.mla_config_space
 DEEP = ((32, 4, 6, True, 1), (32, 4, 8, True, 1), (16, 4, 8, True, 2), (32, 4, 6, False, 2))
 
 
-def deep_space(**shape: int) -> list[triton_mla.MlaConfig]:
-    """The real space, then each deeper config at auto's split count, the space's one-wave count (two programs per
-    SM) and, where it holds one program per SM, the count that fills the SMs one program deep."""
+def deep_space(deep: tuple, **shape: int) -> list[triton_mla.MlaConfig]:
+    """The real space, then each of ``deep`` (as ``DEEP``) at auto's split count, the space's one-wave count (two
+    programs per SM) and, where it holds one program per SM, the count that fills the SMs one program deep."""
     real = REAL_SPACE(**shape)
     auto = real[0]
     programs = shape["batch"] * cdiv(shape["max_query_len"], auto.block_t) * cdiv(shape["num_heads"], auto.block_h)
     out, seen = list(real), set(real)
-    for block_n, warps, stages, tma, per_sm in DEEP:
+    for block_n, warps, stages, tma, per_sm in deep:
         most = max(1, min(mla_configs.MAX_SPLITS, shape["max_seq_len"] // block_n))
         counts = {auto.num_splits, max(1, 2 * shape["sms"] // programs)}
         if per_sm == 1:
@@ -68,24 +69,23 @@ def deep_space(**shape: int) -> list[triton_mla.MlaConfig]:
 
 
 def main() -> int:
-    global SHAPES, DEEP
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--shapes", nargs="*", default=[f"{b}:{c}" for b, c in SHAPES])
     ap.add_argument(
         "--deep", nargs="*", default=[f"{n}:{w}:{st}:{'tma' if t else 'gather'}:{p}" for n, w, st, t, p in DEEP]
     )
     mine, sys.argv[1:] = ap.parse_known_args()
-    SHAPES = [tuple(int(v) for v in s.split(":")) for s in mine.shapes]
-    DEEP = tuple(
+    shapes = [tuple(int(v) for v in s.split(":")) for s in mine.shapes]
+    deep = tuple(
         (int(n), int(w), int(st), kind == "tma", int(p)) for n, w, st, kind, p in (d.split(":") for d in mine.deep)
     )
     timing, out = options(__doc__)
     spec = dataclasses.replace(
         attention_spec(load_model_config(ROOT / "tests/data/models/deepseek-v3.json"), 8), block_size=PAGE
     )
-    for batch, ctx in SHAPES:
+    for batch, ctx in shapes:
         workload = AttentionWorkload(spec, "decode", batch, ctx, query_len=spec.query_len_decode)
-        with mock.patch.object(triton_mla, "mla_config_space", deep_space):
+        with mock.patch.object(triton_mla, "mla_config_space", functools.partial(deep_space, deep)):
             r = probe_job(workload, "HWTUNE_TRITON_MLA", "tuned", timing)
         fa3 = probe_job(workload, "FLASHINFER_FA_MLA", "fa3", timing)
         stats, extra = r.get("stats") or {}, r.get("extra") or {}
