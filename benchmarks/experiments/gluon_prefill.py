@@ -1,0 +1,363 @@
+"""A Gluon prefill kernel whose softmax overlaps the tensor cores, FlashAttention-3's intra-warpgroup overlap: tile
+j+1's Q.K^T warpgroup MMA is issued before tile j's softmax and waited for after it. An experiment toward the long-chunk
+prefill gap (docs/kernels.md "Limits", against fa3), which ``tl.dot`` cannot close: Triton 3.6 waits for every Q.K^T
+MMA before the softmax that follows (``wgmma_waits.py``).
+
+The kernel (``OVERLAP`` off: the same loop without the overlap, for an A/B): one request's causal chunk of ``q_len``
+tokens after ``prefix`` cached ones. A program owns a query tile of ``BLOCK_M`` rows of (token, query head of one KV
+head's group), TRITON_ATTN's GQA packing. K and V tiles of ``BLOCK_N`` positions are gathered over ``PAGE``-token pages
+of an NHD cache by cp.async into a ring of ``STAGES`` shared-memory slots (a tile's block-table entries loaded when its
+copies are issued). Q.K^T and P.V are warpgroup MMAs (Q, K and V from shared memory, P from registers); the online
+softmax runs in base 2 with the scale folded into the exponent; tiles past the chunk's first position are masked
+(causal) in the same loop. bf16 only, one request, no splits: enough to measure whether the overlap pays.
+
+Status: compiled for SM 9.0 on a CPU (``--compile-only``: registers, spills, shared memory) on 2026-11-29; not yet run
+on a GPU. On a GPU ``main`` checks every problem against the float32 reference of the GPU tests
+(tests/kernels/reference.py, TRITON_ATTN's tolerance) before it times anything, and times OVERLAP on and off and
+TRITON_ATTN's auto config on the same cache, each replayed from a CUDA graph.
+
+    python benchmarks/experiments/gluon_prefill.py --compile-only     (CPU; Triton 3.6: PYTHONPATH=DIR of triton 3.6.0)
+    python benchmarks/experiments/gluon_prefill.py [--out FILE.jsonl] (GPU, SM 9.0)
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from triton.experimental import gluon  # noqa: E402
+from triton.experimental.gluon import language as gl  # noqa: E402
+from triton.experimental.gluon.language.nvidia.ampere import async_copy  # noqa: E402
+from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
+    fence_async_shared,
+    warpgroup_mma,
+    warpgroup_mma_init,
+    warpgroup_mma_wait,
+)
+
+#: (model, query heads, KV heads, chunk, prefix): the long-chunk oracle shapes where fa3 leads TRITON_ATTN by
+#: 1.14-1.44x (docs/regret.md), per KV-head group size.
+PROBLEMS = [
+    ("llama-3.1-8b", 32, 8, 1536, 0),
+    ("llama-3.1-8b", 32, 8, 3000, 1500),
+    ("llama-3.1-8b", 32, 8, 6000, 0),
+    ("qwen3-30b-a3b-tp4", 8, 1, 6000, 24000),
+    ("chatglm2-6b", 32, 2, 3000, 6000),
+]
+
+
+@gluon.jit
+def _issue_tile(k_ptr, v_ptr, bt_ptr, k_ring, v_ring, t, kv_end, kv_head, stride_kb, stride_kt, stride_kh, stride_vb,
+                stride_vt, stride_vh, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, PAGE: gl.constexpr,
+                STAGES: gl.constexpr, LD: gl.constexpr):  # fmt: skip
+    """cp.async copies of tile ``t``'s K and V into ring slot ``t % STAGES`` (positions past ``kv_end`` not copied),
+    committed as one group."""
+    pos = t * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LD))
+    ok = pos < kv_end
+    blk = gl.load(bt_ptr + pos // PAGE, mask=ok, other=0).to(gl.int64)
+    d = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, LD))
+    k_row = blk * stride_kb + (pos % PAGE).to(gl.int64) * stride_kt + kv_head * stride_kh
+    v_row = blk * stride_vb + (pos % PAGE).to(gl.int64) * stride_vt + kv_head * stride_vh
+    mask = gl.expand_dims(ok, 1)
+    slot = t % STAGES
+    async_copy.async_copy_global_to_shared(
+        k_ring.index(slot), k_ptr + gl.expand_dims(k_row, 1) + gl.expand_dims(d, 0), mask=mask
+    )
+    async_copy.async_copy_global_to_shared(
+        v_ring.index(slot), v_ptr + gl.expand_dims(v_row, 1) + gl.expand_dims(d, 0), mask=mask
+    )
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _refill(k_ptr, v_ptr, bt_ptr, k_ring, v_ring, t, n_tiles, kv_end, kv_head, stride_kb, stride_kt, stride_kh,
+            stride_vb, stride_vt, stride_vh, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, PAGE: gl.constexpr,
+            STAGES: gl.constexpr, LD: gl.constexpr):  # fmt: skip
+    """Tile ``t``'s copies if it exists, else an empty group: every loop step commits one group, so ``_landed``'s
+    count of newer groups holds to the end."""
+    if t < n_tiles:
+        _issue_tile(k_ptr, v_ptr, bt_ptr, k_ring, v_ring, t, kv_end, kv_head, stride_kb, stride_kt, stride_kh,
+                    stride_vb, stride_vt, stride_vh, BLOCK_N, HEAD_D, PAGE, STAGES, LD)  # fmt: skip
+    else:
+        async_copy.commit_group()
+
+
+@gluon.jit
+def _landed(STAGES_AHEAD: gl.constexpr):
+    """Every copy group but the ``STAGES_AHEAD`` newest has landed, for every thread, and is visible to the MMAs
+    (each thread's copies fenced for the async proxy the MMAs read through, then a CTA barrier)."""
+    async_copy.wait_group(STAGES_AHEAD)
+    fence_async_shared()
+    gl.thread_barrier()
+
+
+@gluon.jit
+def _softmax(s, m_i, l_i, acc, t, full_end, rows_pos, kv_end, scale_log2, BLOCK_N: gl.constexpr,
+             S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr):  # fmt: skip
+    """Tile ``t``'s scores ``s`` into the running max, sum and (rescaled) accumulator; P in the MMA operand layout."""
+    if t >= full_end:  # the diagonal and the tail: causal and length masks
+        pos = t * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
+        keep = (gl.expand_dims(pos, 0) <= gl.expand_dims(rows_pos, 1)) & gl.expand_dims(pos < kv_end, 0)
+        s = gl.where(keep, s * scale_log2, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 1))
+        p = gl.exp2(s - gl.expand_dims(m_new, 1))
+    else:
+        m_new = gl.maximum(m_i, gl.max(s, 1) * scale_log2)
+        p = gl.exp2(s * scale_log2 - gl.expand_dims(m_new, 1))
+    alpha = gl.exp2(m_i - m_new)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT)), 1)
+    p = gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT)
+    return p, m_new, l_i, acc
+
+
+@gluon.jit
+def _prefill_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, out_ptr, prefix, q_len, scale_log2, stride_qt, stride_qh, stride_kb,
+                    stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, stride_ot, stride_oh,
+                    HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP: gl.constexpr,
+                    PAGE: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
+                    num_warps: gl.constexpr):  # fmt: skip
+    BLOCK_Q: gl.constexpr = BLOCK_M // GROUP
+    S_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    O_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, HEAD_D, 16]
+    )
+    P_LAYOUT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
+    LD: gl.constexpr = gl.BlockedLayout([1, 8], [256 // HEAD_D, HEAD_D // 8], [num_warps, 1], [1, 0])
+    SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+
+    kv_head = gl.program_id(1)
+    qtile = gl.cdiv(q_len, BLOCK_Q) - 1 - gl.program_id(0)  # the longest tiles first
+    first_pos = prefix + qtile * BLOCK_Q
+    kv_end = gl.minimum(prefix + q_len, first_pos + BLOCK_Q)
+    n_tiles = gl.cdiv(kv_end, BLOCK_N)
+    full_end = (first_pos + 1) // BLOCK_N  # tiles below it need no mask
+
+    # Q: (token, head of the group) rows, to shared memory for the Q.K^T MMAs
+    rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LD))
+    tok = qtile * BLOCK_Q + rows // GROUP
+    head = kv_head * GROUP + rows % GROUP
+    d = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, LD))
+    q_rows = tok.to(gl.int64) * stride_qt + head * stride_qh
+    q_ok = gl.expand_dims(tok < q_len, 1)
+    q = gl.load(q_ptr + gl.expand_dims(q_rows, 1) + gl.expand_dims(d, 0), mask=q_ok, other=0.0)
+    q_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, HEAD_D], SMEM, q)
+    k_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, HEAD_D], SMEM)
+    v_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, HEAD_D], SMEM)
+    rows_pos = prefix + qtile * BLOCK_Q + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, S_LAYOUT)) // GROUP
+
+    for t in gl.static_range(STAGES - 1):  # the ring's first tiles in flight
+        _refill(k_ptr, v_ptr, bt_ptr, k_ring, v_ring, t, n_tiles, kv_end, kv_head, stride_kb, stride_kt, stride_kh,
+                stride_vb, stride_vt, stride_vh, BLOCK_N, HEAD_D, PAGE, STAGES, LD)  # fmt: skip
+    acc = warpgroup_mma_init(gl.zeros([BLOCK_M, HEAD_D], gl.float32, O_LAYOUT))
+    m_i = gl.full([BLOCK_M], -1.0e30, gl.float32, gl.SliceLayout(1, S_LAYOUT))
+    l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, S_LAYOUT))
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
+    if OVERLAP:
+        # In flight when tile t's softmax runs: tile t+1's Q.K^T. Tile t+1's copies must have landed by then, so the
+        # ring holds at least 3 slots (tiles t-1 .. t+1 are in use).
+        gl.static_assert(STAGES >= 3, "the overlap needs 3 or more slots")
+        _landed(STAGES - 2)  # tile 0
+        s = warpgroup_mma(q_smem, k_ring.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        for t in range(0, n_tiles - 1):
+            _landed(STAGES - 3)  # tile t+1 (tiles up to t+STAGES-2 issued)
+            k_next = k_ring.index((t + 1) % STAGES).permute((1, 0))
+            s_next = warpgroup_mma(q_smem, k_next, s_zero, use_acc=False, is_async=True)
+            s_val, acc_val = warpgroup_mma_wait(1, deps=(s, acc))  # tile t's scores and tile t-1's P.V
+            p, m_i, l_i, acc_val = _softmax(s_val, m_i, l_i, acc_val, t, full_end, rows_pos, kv_end, scale_log2,
+                                            BLOCK_N, S_LAYOUT, O_LAYOUT, P_LAYOUT)  # fmt: skip
+            acc = warpgroup_mma(p, v_ring.index(t % STAGES), acc_val, is_async=True)
+            s = s_next
+            gl.thread_barrier()  # both warpgroups are done with tile t-1's slot: refill it with tile t+STAGES-1
+            _refill(k_ptr, v_ptr, bt_ptr, k_ring, v_ring, t + STAGES - 1, n_tiles, kv_end, kv_head, stride_kb,
+                    stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, BLOCK_N, HEAD_D, PAGE, STAGES,
+                    LD)  # fmt: skip
+        last = n_tiles - 1
+        s_val, acc_val = warpgroup_mma_wait(0, deps=(s, acc))
+        p, m_i, l_i, acc_val = _softmax(s_val, m_i, l_i, acc_val, last, full_end, rows_pos, kv_end, scale_log2,
+                                        BLOCK_N, S_LAYOUT, O_LAYOUT, P_LAYOUT)  # fmt: skip
+        acc = warpgroup_mma(p, v_ring.index(last % STAGES), acc_val, is_async=True)
+    else:  # each tile's Q.K^T waited for at once, as Triton compiles tl.dot; its P.V left in flight
+        for t in range(0, n_tiles):
+            _landed(STAGES - 2)  # tile t
+            s = warpgroup_mma(q_smem, k_ring.index(t % STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            s_val, acc_val = warpgroup_mma_wait(0, deps=(s, acc))
+            p, m_i, l_i, acc_val = _softmax(s_val, m_i, l_i, acc_val, t, full_end, rows_pos, kv_end, scale_log2,
+                                            BLOCK_N, S_LAYOUT, O_LAYOUT, P_LAYOUT)  # fmt: skip
+            acc = warpgroup_mma(p, v_ring.index(t % STAGES), acc_val, is_async=True)
+            gl.thread_barrier()
+            _refill(k_ptr, v_ptr, bt_ptr, k_ring, v_ring, t + STAGES - 1, n_tiles, kv_end, kv_head, stride_kb,
+                    stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, BLOCK_N, HEAD_D, PAGE, STAGES,
+                    LD)  # fmt: skip
+    acc_val = warpgroup_mma_wait(0, deps=(acc,))
+    async_copy.wait_group(0)
+
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT))
+    out = acc_val / gl.expand_dims(l_o, 1)
+    o_rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, O_LAYOUT))
+    o_tok = qtile * BLOCK_Q + o_rows // GROUP
+    o_head = kv_head * GROUP + o_rows % GROUP
+    o_d = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, O_LAYOUT))
+    o_off = gl.expand_dims(o_tok.to(gl.int64) * stride_ot + o_head * stride_oh, 1) + gl.expand_dims(o_d, 0)
+    gl.store(out_ptr + o_off, out.to(gl.bfloat16), mask=gl.expand_dims(o_tok < q_len, 1))
+
+
+def compile_only(block_n: int, stages: int, overlap: bool, group: int = 4, head: int = 128, warps: int = 8) -> dict:
+    """The kernel compiled for SM 9.0 without a GPU: registers, spills, shared memory (compiled_buffers.describe)."""
+    import triton
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    sys.path.insert(0, str(ROOT / "benchmarks" / "experiments"))
+    import compiled_buffers as cb
+
+    fn = _prefill_kernel
+    const = dict(HEAD_D=head, BLOCK_M=128, BLOCK_N=block_n, GROUP=group, PAGE=16, STAGES=stages, OVERLAP=overlap,
+                 num_warps=warps)  # fmt: skip
+    sig = {}
+    for n in fn.arg_names:
+        if n in const:
+            sig[n] = "constexpr"
+        elif n == "bt_ptr":
+            sig[n] = "*i32"
+        elif n.endswith("_ptr"):
+            sig[n] = "*bf16"
+        else:
+            sig[n] = "fp32" if n == "scale_log2" else "i32"
+    # pointers and strides (multiples of the head size) are divisible by 16, as the JIT specialises them at run time
+    divisible = [i for i, n in enumerate(fn.arg_names) if n.endswith("_ptr") or n.startswith("stride_")]
+    src = GluonASTSource(
+        fn=fn, signature=sig, constexprs={(i,): const[n] for i, n in enumerate(fn.arg_names) if n in const},
+        attrs={(i,): [["tt.divisibility", 16]] for i in divisible},
+    )  # fmt: skip
+    compiled = triton.compile(src, target=cb.TARGET, options=dict(num_warps=warps))
+    from wgmma_waits import ptx_loops
+
+    found = {k: v for k, v in cb.describe(compiled).items() if k in ("smem", "regs", "stack")}
+    return {**found, "ptx_loops": ptx_loops(compiled.asm["ptx"])}
+
+
+#: (BLOCK_N, STAGES) tried with the overlap off and on; 128 x 64 tiles keep two score tiles in registers without spills.
+CONFIGS = ((64, 3), (64, 4), (128, 3))
+
+
+def gluon_prefill(q, k_cache, v_cache, block_table_row, prefix: int, out, *, softmax_scale: float, block_n: int,
+                  stages: int, overlap: bool, warps: int = 8) -> None:  # fmt: skip
+    """One request's causal chunk ``q`` [q_len, heads, D] after ``prefix`` cached tokens, over NHD caches
+    [blocks, page, kv_heads, D], into ``out``."""
+    import math
+
+    q_len, heads, head = q.shape
+    group = heads // k_cache.shape[2]
+    block_q = 128 // group
+    grid = (-(-q_len // block_q), k_cache.shape[2])
+    _prefill_kernel[grid](
+        q, k_cache, v_cache, block_table_row, out, prefix, q_len, softmax_scale / math.log(2), q.stride(0),
+        q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
+        v_cache.stride(2), out.stride(0), out.stride(1), HEAD_D=head, BLOCK_M=128, BLOCK_N=block_n, GROUP=group,
+        PAGE=k_cache.shape[1], STAGES=stages, OVERLAP=overlap, num_warps=warps,
+    )  # fmt: skip
+
+
+def _variants(t: dict, prefix: int, chunk: int, out, scale: float) -> dict:  # noqa: ANN001
+    """TRITON_ATTN's auto config and the Gluon kernel's configs, overlap off and on, on the same inputs."""
+    from hwtune.kernels.triton_attention import paged_attention
+
+    k, v = t["kv"][:, 0], t["kv"][:, 1]
+    found = {
+        "triton_attn_auto": lambda: paged_attention(
+            t["q"],
+            k,
+            v,
+            t["block_table"],
+            t["seq_lens"],
+            t["qsl"],
+            max_query_len=chunk,
+            max_seq_len=prefix + chunk,
+            out=out,
+            softmax_scale=scale,
+        )  # fmt: skip
+    }
+    for bn, st in CONFIGS:
+        for ov in (False, True):
+            found[f"gluon_n{bn}_st{st}_{'overlap' if ov else 'plain'}"] = functools.partial(
+                gluon_prefill, t["q"], k, v, t["block_table"][0], prefix, out, softmax_scale=scale, block_n=bn,
+                stages=st, overlap=ov,
+            )  # fmt: skip
+    return found
+
+
+def _check_and_time(fn, out, ref) -> dict:  # noqa: ANN001
+    """The variant's output against the reference (TRITON_ATTN's bf16 tolerance, tests/kernels/cases.py: an error
+    over 1 fails), then, if it passed, its CUDA-graph median with the L2 flushed."""
+    import torch
+
+    from hwtune.probes.timing import TimingOptions, capture_graph, time_cuda
+
+    atol, rtol = 1.5e-2, 2e-2
+    try:
+        out.fill_(float("nan"))
+        fn()
+        torch.cuda.synchronize()
+        err = ((out.float() - ref).abs() / (atol + rtol * ref.abs())).nan_to_num(float("inf")).max().item()
+        if err > 1.0:
+            return {"error/tolerance": round(err, 4), "status": "wrong"}
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size
+        stats, _ = time_cuda(fn, l2_bytes=l2, opts=TimingOptions(time_cap_s=0.5), graph=capture_graph(fn))
+        return {"error/tolerance": round(err, 4), "status": "ok", "median_us": round(stats.median_us, 2)}
+    except Exception as exc:  # a variant that fails to compile or launch is reported; the others still run
+        return {"status": f"error: {type(exc).__name__}: {str(exc)[:300]}"}
+
+
+def run_gpu(out_path: Path | None) -> None:
+    """Every problem (bf16, head 128, 16-token pages, shuffled, NaN past the context): each variant checked against
+    the float32 reference, then timed."""
+    import torch
+
+    from tests.kernels.cases import Problem, build
+    from tests.kernels.reference import paged_attention_ref
+
+    lines = []
+    for model, hq, hkv, chunk, prefix in PROBLEMS:
+        prob = Problem(q_lens=(chunk,), seq_lens=(prefix + chunk,), num_heads=hq, num_kv_heads=hkv, head_size=128,
+                       poison_tail=True)  # fmt: skip
+        t = build(prob, "cuda")
+        scale = 128**-0.5
+        ref, _ = paged_attention_ref(t["q"], t["kv"][:, 0], t["kv"][:, 1], t["block_table"], t["seq_lens"], t["qsl"],
+                                     softmax_scale=scale)  # fmt: skip
+        out = torch.empty_like(t["q"])
+        for name, fn in _variants(t, prefix, chunk, out, scale).items():
+            line = {"model": model, "q_heads": hq, "kv_heads": hkv, "chunk": chunk, "prefix": prefix, "variant": name}
+            line.update(_check_and_time(fn, out, ref))
+            print(json.dumps(line), flush=True)
+            lines.append(line)
+        del ref, t
+        torch.cuda.empty_cache()
+    if out_path:
+        out_path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--compile-only", action="store_true", help="compile for SM 9.0 on this machine, no GPU")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    if args.compile_only:
+        for block_n, stages in CONFIGS:
+            for overlap in (False, True):
+                found = compile_only(block_n, stages, overlap)
+                print(json.dumps({"block_n": block_n, "stages": stages, "overlap": overlap, **found}), flush=True)
+        return 0
+    run_gpu(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
