@@ -76,8 +76,17 @@ def _mini_pipelined(q_ptr, k_ptr, v_ptr, o_ptr, n, scale, BM: tl.constexpr, BN: 
     tl.store(o_ptr + rm[:, None] * D + rd[None, :], acc / l_i[:, None])
 
 
+def compile_attn_prefill():  # noqa: ANN201
+    """TRITON_ATTN's prefill launch compiled for SM 9.0 as ``paged_attention`` plans it (the auto config of head 128:
+    128 x 128 tiles, 8 warps, 3 stages, gathers over 16-token pages, the block table read in chunks)."""
+    attn = argparse.Namespace(batch=1, query_len=4096, group=4, head=128, page=16)
+    kernel, const, descs = cb.attn_config(128, 1, 8, 3, attn)
+    return cb.compile_kernel(kernel, const, warps=8, stages=3, descriptors=descs)
+
+
 def compile_mini(fn, warps: int = 8, stages: int = 3):  # noqa: ANN001, ANN201
-    """A mini kernel compiled for SM 9.0: 128 x 128 tiles, head 128, bf16."""
+    """A mini kernel compiled for SM 9.0: 128 x 128 tiles, head 128, bf16. (The pipelined one needs 262144 bytes of
+    shared memory at 3 stages, more than SM 9.0 has: it shows where the compiler waits, it would not launch.)"""
     sig = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*fp32", "n": "i32", "scale": "fp32",
            "BM": "constexpr", "BN": "constexpr", "D": "constexpr"}  # fmt: skip
     src = ASTSource(
@@ -88,25 +97,28 @@ def compile_mini(fn, warps: int = 8, stages: int = 3):  # noqa: ANN001, ANN201
 
 
 def loop_ops(ttgir: str) -> list[list[str]]:
-    """Per innermost ``scf.for`` holding an MMA: its MMAs, MMA waits, cp.async waits and exponentials, in order."""
-    loops, stack = [], []
+    """Per innermost ``scf.for`` holding an MMA: its MMAs, MMA waits, cp.async waits and exponentials, in order. A loop
+    ends at the ``scf.yield`` indented one level under its ``scf.for`` (a nested ``scf.if`` yields deeper)."""
+    loops, stack = [], []  # stack: (indent of the scf.for line, its ops)
     for line in ttgir.splitlines():
+        indent = len(line) - len(line.lstrip())
         if "scf.for" in line:
-            stack.append([])
-        elif stack and re.match(r"\s*scf\.yield", line):
-            ops = stack.pop()
+            stack.append((indent, []))
+        elif stack and re.match(r"\s*scf\.yield", line) and indent == stack[-1][0] + 2:
+            ops = stack.pop()[1]
             if any(op.startswith("dot(") for op in ops):
                 loops.append(ops)
         elif stack:
+            ops = stack[-1][1]
             if "ttng.warp_group_dot_wait" in line:
                 pendings = re.search(r"pendings = (\d+)", line).group(1)
-                stack[-1].append(f"dot_wait(pendings={pendings})")
+                ops.append(f"dot_wait(pendings={pendings})")
             elif "ttng.warp_group_dot " in line:
-                stack[-1].append("dot(async)" if "isAsync = true" in line else "dot(sync)")
+                ops.append("dot(async)" if "isAsync = true" in line else "dot(sync)")
             elif "ttg.async_wait" in line:
-                stack[-1].append("async_wait")
+                ops.append("async_wait")
             elif "math.exp2" in line and re.search(r"tensor<\d+x\d+x", line):
-                stack[-1].append("exp2")
+                ops.append("exp2")
     return loops
 
 
@@ -141,10 +153,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    attn = argparse.Namespace(batch=1, query_len=4096, group=4, head=128, page=16)
-    kernel, const, descs = cb.attn_config(128, 1, 8, 3, attn)
     compiled = {
-        "attn": cb.compile_kernel(kernel, const, warps=8, stages=3, descriptors=descs),
+        "attn": compile_attn_prefill(),
         "mini": compile_mini(_mini),
         "mini_pipelined": compile_mini(_mini_pipelined),
     }

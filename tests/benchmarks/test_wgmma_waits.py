@@ -6,9 +6,7 @@ Q.K^T is issued first. A Triton that keeps it in flight fails them: then the ove
 
 from __future__ import annotations
 
-import argparse
 import re
-from pathlib import Path
 
 import pytest
 
@@ -17,10 +15,6 @@ import triton  # noqa: E402
 
 if tuple(int(v) for v in re.findall(r"\d+", triton.__version__)[:2]) < (3, 4):
     pytest.skip(f"triton {triton.__version__}: these kernels need 3.4 or later", allow_module_level=True)
-if not (Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump").exists():
-    pytest.skip("this triton has no bundled cuobjdump", allow_module_level=True)
-
-from benchmarks.experiments import compiled_buffers as cb  # noqa: E402
 from benchmarks.experiments import wgmma_waits as ww  # noqa: E402
 
 #: One tile of the loop as compiled: its copies waited for, Q.K^T issued and waited for (nothing left in flight), the
@@ -29,9 +23,7 @@ TILE = ["async_wait", "dot(async)", "dot_wait(pendings=0)", "exp2", "dot(async)"
 
 
 def test_the_prefill_loops_wait_for_each_tiles_scores_before_its_softmax() -> None:
-    args = argparse.Namespace(batch=1, query_len=4096, group=4, head=128, page=16)
-    kernel, const, descs = cb.attn_config(128, 1, 8, 3, args)
-    loops = ww.loop_ops(cb.compile_kernel(kernel, const, warps=8, stages=3, descriptors=descs).asm["ttgir"])
+    loops = ww.loop_ops(ww.compile_attn_prefill().asm["ttgir"])
     assert loops == [TILE, TILE]  # the unmasked tiles (a block-table chunk at a time) and the diagonal ones
 
 
