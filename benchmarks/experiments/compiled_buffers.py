@@ -51,9 +51,9 @@ FP32_POINTERS = ("lse_ptr", "part_o_ptr", "part_lse_ptr")
 NOT_DIVISIBLE = {"stride_bt", "stride_lh"}  # the block table's row and an LSE head stride of 1
 
 
-def compile_kernel(kernel, const: dict, *, warps: int, stages: int, descriptors: dict | None = None):  # noqa: ANN001, ANN201
+def compile_kernel(kernel, const: dict, *, warps: int, stages: int, descriptors: dict | None = None, source=ASTSource):  # noqa: ANN001, ANN201
     """One Triton kernel compiled for SM 9.0 with ``const`` as its constexprs (every other argument a pointer, an
-    fp32 scalar or an int, as named)."""
+    fp32 scalar or an int, as named); ``source``: Gluon's ``GluonASTSource`` for a Gluon kernel."""
     names = kernel.arg_names
     sig = {}
     for n in names:
@@ -68,7 +68,7 @@ def compile_kernel(kernel, const: dict, *, warps: int, stages: int, descriptors:
     divisible = [
         i for i, n in enumerate(names) if sig[n].startswith("*") or (n.startswith("stride_") and n not in NOT_DIVISIBLE)
     ]
-    src = ASTSource(
+    src = source(
         fn=kernel, signature=sig, constexprs={(i,): const[n] for i, n in enumerate(names) if n in const},
         attrs={(i,): [["tt.divisibility", 16]] for i in divisible},
     )  # fmt: skip

@@ -255,29 +255,11 @@ def compile_only(block_n: int, stages: int, overlap: bool, group: int = 4, head:
     """The kernel compiled for SM 9.0 without a GPU: ``smem`` (bytes), ``regs`` and ``stack`` (spill bytes) per
     thread (compiled_buffers.describe), ptxas's serialization warnings and the warpgroup MMAs and waits in the machine
     code (``_machine_code``), and the order of the ops in each PTX loop (wgmma_waits.ptx_loops)."""
-    import triton
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    fn = _prefill_kernel
     const = dict(HEAD_D=head, BLOCK_M=128, BLOCK_N=block_n, GROUP=group, PAGE=16, STAGES=stages, OVERLAP=overlap,
                  num_warps=warps)  # fmt: skip
-    sig = {}
-    for n in fn.arg_names:
-        if n in const:
-            sig[n] = "constexpr"
-        elif n == "bt_ptr":
-            sig[n] = "*i32"
-        elif n.endswith("_ptr"):
-            sig[n] = "*bf16"
-        else:
-            sig[n] = "fp32" if n == "scale_log2" else "i32"
-    # pointers and strides (multiples of the head size) are divisible by 16, as the JIT specialises them at run time
-    divisible = [i for i, n in enumerate(fn.arg_names) if n.endswith("_ptr") or n.startswith("stride_")]
-    src = GluonASTSource(
-        fn=fn, signature=sig, constexprs={(i,): const[n] for i, n in enumerate(fn.arg_names) if n in const},
-        attrs={(i,): [["tt.divisibility", 16]] for i in divisible},
-    )  # fmt: skip
-    compiled = triton.compile(src, target=cb.TARGET, options=dict(num_warps=warps))
+    compiled = cb.compile_kernel(_prefill_kernel, const, warps=warps, stages=stages, source=GluonASTSource)
     usage = {k: v for k, v in cb.describe(compiled).items() if k in ("smem", "regs", "stack")}
     return {**usage, **_machine_code(compiled), "ptx_loops": ptx_loops(compiled.asm["ptx"])}
 
